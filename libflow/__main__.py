@@ -1,0 +1,7 @@
+"""``python -m libflow`` is the ``libflow`` command."""
+
+import sys
+
+from libflow.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""HTTP handlers, one module per area of the API."""

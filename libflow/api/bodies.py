@@ -1,0 +1,65 @@
+"""Request bodies: JSON parsing and validation into typed models."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from libflow.errors import InvalidJson, ValidationFailed
+
+Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=255)]
+Id = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+
+
+class Body(BaseModel):
+    """Strict: a number is not a string and "true" is not a boolean."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class CreateFolderBody(Body):
+    """``POST .../library/dirs``."""
+
+    name: Name
+    parent: Id = "root"
+
+
+class CreateFileBody(Body):
+    """``POST .../library/files`` (operation 2 of the spec)."""
+
+    originalname: Name
+    fileType: Annotated[str, StringConstraints(min_length=1, max_length=16)]
+    dir: Id
+
+
+class FinalizeBody(Body):
+    """``POST .../library/files:complete`` (operation 4 of the spec)."""
+
+    path: Annotated[str, StringConstraints(min_length=1, max_length=255)]
+    preventSearch: bool = Field(default=False)
+
+
+BodyT = TypeVar("BodyT", bound=Body)
+
+
+async def parse_body(request: web.Request, model: type[BodyT]) -> BodyT:
+    """The request's JSON object validated as ``model``."""
+    raw = await request.read()
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as err:
+        raise InvalidJson("the request body is not valid JSON") from err
+    if not isinstance(data, dict):
+        raise ValidationFailed("the request body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        details = [
+            {"field": ".".join(str(p) for p in e["loc"]) or "body", "problem": e["msg"]}
+            for e in err.errors(include_url=False, include_input=False)
+        ]
+        fields = ", ".join(d["field"] for d in details)
+        raise ValidationFailed(f"invalid request body: {fields}", details=details) from err

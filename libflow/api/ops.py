@@ -1,0 +1,70 @@
+"""Operations endpoints: liveness, readiness, metrics and the OpenAPI document."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from tortoise.connection import get_connection
+
+from libflow import appkeys
+from libflow.errors import error_response
+from libflow.openapi import openapi_document
+
+routes = web.RouteTableDef()
+logger = logging.getLogger("libflow.ops")
+CHECK_TIMEOUT = 3.0
+
+
+@routes.get("/healthz")
+async def healthz(request: web.Request) -> web.Response:
+    """The process is up and its loop answers."""
+    return web.json_response({"status": "ok"})
+
+
+async def _database_ready() -> None:
+    await get_connection("default").execute_query("SELECT 1")
+
+
+@routes.get("/readyz")
+async def readyz(request: web.Request) -> web.Response:
+    """Every dependency answers: database, storage, and Redis when configured."""
+    checks: dict[str, Callable[[], Awaitable[None]]] = {
+        "database": _database_ready,
+        "storage": request.app[appkeys.STORAGE].check,
+    }
+    if request.app[appkeys.SETTINGS].redis_url:
+        checks["redis"] = request.app[appkeys.JOBS].check
+    results: dict[str, str] = {}
+    for name, check in checks.items():
+        try:
+            await asyncio.wait_for(check(), CHECK_TIMEOUT)
+            results[name] = "ok"
+        except Exception as err:
+            logger.warning("readiness check %s failed: %r", name, err)
+            results[name] = f"unavailable: {type(err).__name__}"
+    failed = [name for name, result in results.items() if result != "ok"]
+    if failed:
+        return error_response(
+            "UNAVAILABLE", f"not ready: {', '.join(failed)} unavailable", details=results
+        )
+    return web.json_response({"status": "ok", "checks": results})
+
+
+@routes.get("/metrics")
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text exposition of this process's metrics."""
+    body = generate_latest(request.app[appkeys.METRICS_REGISTRY])
+    response = web.Response(body=body)
+    response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+    return response
+
+
+@routes.get("/api/publicv1/openapi.json")
+async def openapi(request: web.Request) -> web.Response:
+    """The OpenAPI 3.1 document of every public route."""
+    base = request.app[appkeys.SETTINGS].resolved_public_base_url
+    return web.json_response(openapi_document(base))

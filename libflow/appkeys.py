@@ -1,0 +1,23 @@
+"""Typed keys for everything the application holds for its lifetime."""
+
+from __future__ import annotations
+
+from aiohttp import ClientSession, web
+from prometheus_client import CollectorRegistry
+
+from libflow.callers import ApiKeyCache
+from libflow.jobs import JobQueue
+from libflow.metrics import HttpMetrics
+from libflow.storage import Storage
+from libflow.storage.local import LocalStorage
+from settings import Settings
+
+SETTINGS = web.AppKey("settings", Settings)
+STORAGE = web.AppKey("storage", Storage)
+# Set only when the local backend is in use: the app then serves its signed URLs.
+LOCAL_STORAGE = web.AppKey[LocalStorage | None]("local_storage")
+JOBS = web.AppKey("jobs", JobQueue)
+API_KEYS = web.AppKey("api_keys", ApiKeyCache)
+METRICS = web.AppKey("metrics", HttpMetrics)
+METRICS_REGISTRY = web.AppKey("metrics_registry", CollectorRegistry)
+HTTP_CLIENT = web.AppKey("http_client", ClientSession)

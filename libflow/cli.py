@@ -1,0 +1,240 @@
+"""The ``libflow`` command: admin (projects, keys) on the database, uploads through the API."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from tqdm import tqdm
+from yarl import URL
+
+from libflow.db import open_database
+from libflow.errors import LibflowError
+from libflow.models import ApiKey, Project
+from libflow.projects import create_api_key, create_project, revoke_api_key
+from settings import SettingsError, settings_from_env
+
+API = "/api/publicv1"
+CHUNK = 1024 * 1024
+
+
+class CliError(Exception):
+    """A failure to report in one line, without a traceback."""
+
+
+def _print(data: Any, as_json: bool, text: str) -> None:
+    print(json.dumps(data) if as_json else text)
+
+
+async def _with_database(action: Callable[[], Awaitable[None]]) -> None:
+    try:
+        settings = settings_from_env()
+    except SettingsError as err:
+        raise CliError(str(err)) from err
+    async with open_database(settings.resolved_database_url):
+        await action()
+
+
+async def _projects_create(args: argparse.Namespace) -> None:
+    async def action() -> None:
+        project, _key, secret = await create_project(args.name)
+        _print(
+            {"projectId": project.id, "apiKey": secret},
+            args.json,
+            f"project {project.id} ({project.name})\napi key: {secret}  (shown once; keep it)",
+        )
+
+    await _with_database(action)
+
+
+async def _keys_create(args: argparse.Namespace) -> None:
+    async def action() -> None:
+        project = await Project.get_or_none(id=args.project)
+        if project is None:
+            raise CliError(f"no project {args.project}")
+        key, secret = await create_api_key(project, name=args.name, email=args.email)
+        _print(
+            {"keyId": key.id, "projectId": project.id, "apiKey": secret},
+            args.json,
+            f"key {key.id} for project {project.id}\napi key: {secret}  (shown once; keep it)",
+        )
+
+    await _with_database(action)
+
+
+async def _keys_revoke(args: argparse.Namespace) -> None:
+    async def action() -> None:
+        try:
+            key = await revoke_api_key(args.key_id)
+        except LibflowError as err:
+            raise CliError(err.message) from err
+        _print({"keyId": key.id, "revoked": True}, args.json, f"key {key.id} revoked")
+
+    await _with_database(action)
+
+
+async def _keys_list(args: argparse.Namespace) -> None:
+    async def action() -> None:
+        keys = await ApiKey.filter(project_id=args.project).order_by("created_at")
+        rows = [
+            {
+                "keyId": k.id,
+                "prefix": k.prefix,
+                "name": k.name,
+                "email": k.email,
+                "revoked": k.revoked_at is not None,
+            }
+            for k in keys
+        ]
+        text = "\n".join(
+            f"{r['keyId']}  {r['prefix']}...  {r['name']}{'  (revoked)' if r['revoked'] else ''}"
+            for r in rows
+        )
+        _print(rows, args.json, text or "no keys")
+
+    await _with_database(action)
+
+
+async def _api(
+    session: aiohttp.ClientSession, method: str, url: str, api_key: str, **kwargs: Any
+) -> dict[str, Any]:
+    headers = {"Authorization": api_key}
+    async with session.request(method, url, headers=headers, **kwargs) as response:
+        body = await response.json(content_type=None)
+        if response.status >= 400:
+            raise CliError(
+                f"{method} {url}: {response.status} {body.get('error')}: {body.get('message')}"
+            )
+        result: dict[str, Any] = body
+        return result
+
+
+async def _file_chunks(path: Path, bar: tqdm[Any]) -> AsyncIterator[bytes]:
+    with path.open("rb") as f:
+        while chunk := await asyncio.to_thread(f.read, CHUNK):
+            bar.update(len(chunk))
+            yield chunk
+
+
+async def upload_file(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    api_key: str,
+    project: str,
+    path: Path,
+    folder: str,
+    *,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Create the record, PUT the bytes, finalize: the public three-step flow."""
+    files_url = f"{base_url}{API}/projects/{project}/library/files"
+    file_type = path.suffix.lstrip(".").lower()
+    created = await _api(
+        session,
+        "POST",
+        files_url,
+        api_key,
+        json={"originalname": path.name, "fileType": file_type, "dir": folder},
+    )
+    size = (await asyncio.to_thread(path.stat)).st_size
+    with tqdm(
+        total=size, unit="B", unit_scale=True, desc=path.name, disable=not progress, leave=False
+    ) as bar:
+        # The signed link goes as it is (re-quoting would break its signature), and
+        # without the API key: it is a credential of its own.
+        async with session.put(
+            URL(created["storageLink"], encoded=True),
+            data=_file_chunks(path, bar),
+            headers={"Content-Type": created["mimeType"], "Content-Length": str(size)},
+        ) as response:
+            if response.status >= 400:
+                text = await response.text()
+                raise CliError(f"upload of {path.name} failed: {response.status} {text}")
+    return await _api(
+        session, "POST", f"{files_url}:complete", api_key, json={"path": created["path"]}
+    )
+
+
+async def _upload(args: argparse.Namespace) -> None:
+    if not args.api_key:
+        raise CliError("an API key is needed: --api-key or LIBFLOW_API_KEY")
+    paths = [Path(p) for p in args.files]
+    for path in paths:
+        if not path.is_file():
+            raise CliError(f"{path}: not a file")
+    base_url = args.url.rstrip("/")
+    async with aiohttp.ClientSession() as session:
+        for path in paths:
+            record = await upload_file(
+                session,
+                base_url,
+                args.api_key,
+                args.project,
+                path,
+                args.dir,
+                progress=sys.stderr.isatty(),
+            )
+            _print(record, args.json, f"{path.name}: {record['id']} ({record['size']} bytes)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(prog="libflow", description="libflow admin and client")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    projects = sub.add_parser("projects", help="manage projects").add_subparsers(
+        dest="action", required=True
+    )
+    p = projects.add_parser("create", help="create a project and its first API key")
+    p.add_argument("name")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(run=_projects_create)
+
+    keys = sub.add_parser("keys", help="manage API keys").add_subparsers(
+        dest="action", required=True
+    )
+    k = keys.add_parser("create", help="create an API key for a project")
+    k.add_argument("project", help="project id")
+    k.add_argument("--name", default="default", help="uploader name recorded on files")
+    k.add_argument("--email", help="uploader email recorded on files")
+    k.add_argument("--json", action="store_true")
+    k.set_defaults(run=_keys_create)
+    k = keys.add_parser("revoke", help="revoke an API key")
+    k.add_argument("key_id")
+    k.add_argument("--json", action="store_true")
+    k.set_defaults(run=_keys_revoke)
+    k = keys.add_parser("list", help="list a project's API keys")
+    k.add_argument("project")
+    k.add_argument("--json", action="store_true")
+    k.set_defaults(run=_keys_list)
+
+    u = sub.add_parser("upload", help="upload files through the public API")
+    u.add_argument("project", help="project id")
+    u.add_argument("files", nargs="+", metavar="FILE")
+    u.add_argument("--dir", default="root", help="folder id (default root)")
+    u.add_argument("--url", default=os.environ.get("LIBFLOW_URL", "http://127.0.0.1:8080"))
+    u.add_argument("--api-key", default=os.environ.get("LIBFLOW_API_KEY"))
+    u.add_argument("--json", action="store_true")
+    u.set_defaults(run=_upload)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``libflow`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        asyncio.run(args.run(args))
+    except CliError as err:
+        print(f"libflow: {err}", file=sys.stderr)
+        return 1
+    except aiohttp.ClientError as err:
+        print(f"libflow: cannot reach the server: {err}", file=sys.stderr)
+        return 1
+    return 0

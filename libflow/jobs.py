@@ -1,0 +1,125 @@
+"""Background jobs: arq on Redis when it is configured, the server's own loop otherwise."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Protocol
+
+from arq import create_pool
+from arq.connections import ArqRedis, RedisSettings
+from arq.worker import Retry
+from redis.exceptions import RedisError
+
+from libflow.errors import Unavailable
+
+logger = logging.getLogger("libflow.jobs")
+
+JobContext = dict[str, Any]
+JobFunction = Callable[..., Awaitable[Any]]
+MAX_TRIES = 5
+
+
+def serialize_job(data: dict[str, Any]) -> bytes:
+    """Jobs carry ids only: JSON keeps the queue readable and free of pickle."""
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def deserialize_job(data: bytes) -> dict[str, Any]:
+    """The inverse of serialize_job."""
+    result: dict[str, Any] = json.loads(data)
+    return result
+
+
+def redis_settings(url: str) -> RedisSettings:
+    """arq's connection settings for a ``redis://`` URL."""
+    return RedisSettings.from_dsn(url)
+
+
+class JobQueue(Protocol):
+    """Where the API hands work to workers."""
+
+    async def enqueue(self, job: JobFunction, *args: Any, job_id: str | None = None) -> None:
+        """Queue ``job(ctx, *args)``; raise Unavailable when the queue cannot take it."""
+        ...
+
+    async def check(self) -> None:
+        """Raise when the queue cannot be reached."""
+        ...
+
+
+class ArqJobQueue:
+    """Jobs go to Redis; ``python run_worker.py`` processes run them."""
+
+    def __init__(self, pool: ArqRedis) -> None:
+        self.pool = pool
+
+    async def enqueue(self, job: JobFunction, *args: Any, job_id: str | None = None) -> None:
+        """Queue by the function's own name, so a rename cannot leave a stale string behind."""
+        try:
+            await self.pool.enqueue_job(job.__name__, *args, _job_id=job_id)
+        except (RedisError, OSError) as err:
+            raise Unavailable("the job queue is unavailable, retry later") from err
+
+    async def check(self) -> None:
+        """Ping Redis."""
+        await self.pool.ping()
+
+
+class InProcessJobQueue:
+    """Jobs run as tasks on the server's loop, with arq's retry semantics."""
+
+    def __init__(self, ctx: JobContext, concurrency: int) -> None:
+        self._ctx = ctx
+        self._slots = asyncio.Semaphore(concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def enqueue(self, job: JobFunction, *args: Any, job_id: str | None = None) -> None:
+        """Start the job now; it waits for a free slot."""
+        task = asyncio.create_task(self._run(job, args, job_id or job.__name__))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, job: JobFunction, args: tuple[Any, ...], job_id: str) -> None:
+        for job_try in range(1, MAX_TRIES + 1):
+            async with self._slots:
+                try:
+                    await job({**self._ctx, "job_try": job_try, "job_id": job_id}, *args)
+                    return
+                except Retry as retry:
+                    defer = (retry.defer_score or 0) / 1000
+                except Exception:
+                    logger.exception("job %s failed", job_id)
+                    return
+            logger.info("job %s retries in %.1fs (try %d)", job_id, defer, job_try)
+            await asyncio.sleep(defer)
+        logger.error("job %s gave up after %d tries", job_id, MAX_TRIES)
+
+    async def check(self) -> None:
+        """In-process jobs are always reachable."""
+
+    async def join(self) -> None:
+        """Wait for every queued job to end (shutdown, tests)."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Cancel what is still running; the recovery job picks it up after a restart."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+@asynccontextmanager
+async def open_arq_pool(url: str) -> AsyncIterator[ArqRedis]:
+    """An arq pool with libflow's JSON serializer, closed on exit."""
+    pool = await create_pool(
+        redis_settings(url), job_serializer=serialize_job, job_deserializer=deserialize_job
+    )
+    try:
+        yield pool
+    finally:
+        await pool.aclose()

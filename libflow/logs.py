@@ -1,0 +1,87 @@
+"""Structured logs: one JSON object a line, carrying the request id of the request at hand."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from typing import Any
+
+from aiohttp import web
+
+request_id_var: ContextVar[str | None] = ContextVar("request_id", default=None)
+access_logger = logging.getLogger("libflow.access")
+
+_CLIENT_REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_STANDARD_ATTRS = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message"}
+
+
+class JsonFormatter(logging.Formatter):
+    """Render a record as one JSON line, with any ``extra=`` fields beside the message."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The JSON line for ``record``."""
+        entry: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        request_id = request_id_var.get()
+        if request_id:
+            entry["requestId"] = request_id
+        for key, value in record.__dict__.items():
+            if key not in _STANDARD_ATTRS and not key.startswith("_"):
+                entry[key] = value
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def configure_logging(level: str = "INFO") -> None:
+    """Send every logger's records to stderr as JSON lines."""
+    handler = logging.StreamHandler(sys.stderr)
+    formatter = JsonFormatter()
+    formatter.converter = time.gmtime
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def request_log_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Give each request an id (the client's X-Request-Id when sane) and log one access line."""
+    supplied = request.headers.get("X-Request-Id", "")
+    request_id = supplied if _CLIENT_REQUEST_ID.fullmatch(supplied) else uuid.uuid4().hex
+    token = request_id_var.set(request_id)
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        response.headers["X-Request-Id"] = request_id
+        return response
+    finally:
+        # The path only: storage URLs carry signatures in their query string.
+        access_logger.info(
+            "%s %s %d",
+            request.method,
+            request.path,
+            status,
+            extra={
+                "method": request.method,
+                "path": request.path,
+                "status": status,
+                "durationMs": round((time.perf_counter() - started) * 1000, 2),
+            },
+        )
+        request_id_var.reset(token)

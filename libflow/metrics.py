@@ -1,0 +1,51 @@
+"""Prometheus metrics of the HTTP API, in a registry of the app's own."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+
+class HttpMetrics:
+    """Request counts and latencies by route template, never by raw path."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "libflow_http_requests",
+            "HTTP requests handled",
+            ["method", "route", "status"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "libflow_http_request_duration_seconds",
+            "HTTP request latency",
+            ["method", "route"],
+            registry=registry,
+        )
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
+
+
+def metrics_middleware(metrics: HttpMetrics) -> Middleware:
+    """A middleware that counts and times each request under its route template."""
+
+    @web.middleware
+    async def record_request(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        finally:
+            resource = request.match_info.route.resource
+            route = resource.canonical if resource is not None else "unmatched"
+            metrics.requests.labels(request.method, route, str(status)).inc()
+            metrics.latency.labels(request.method, route).observe(time.perf_counter() - started)
+
+    return record_request

@@ -1,0 +1,112 @@
+"""Tortoise models: projects, API keys, folders and library files."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from tortoise import fields
+from tortoise.models import Model
+
+from libflow.ids import new_id
+
+
+class ProcessingStatus(StrEnum):
+    """Where a library file is in its processing."""
+
+    PENDING = "pending"
+    PROCESSING = "processing"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class Project(Model):
+    """A tenant: every other record belongs to exactly one project."""
+
+    id = fields.CharField(primary_key=True, max_length=32, default=new_id)
+    name = fields.CharField(max_length=200)
+    created_at = fields.DatetimeField(auto_now_add=True)
+
+    class Meta:
+        table = "projects"
+
+
+class ApiKey(Model):
+    """A project-scoped API key, of which only the SHA-256 of the secret is stored."""
+
+    id = fields.CharField(primary_key=True, max_length=32, default=new_id)
+    project: fields.ForeignKeyRelation[Project] = fields.ForeignKeyField(
+        "models.Project", related_name="api_keys", on_delete=fields.CASCADE
+    )
+    key_hash = fields.CharField(max_length=64, unique=True)
+    prefix = fields.CharField(max_length=16)
+    name = fields.CharField(max_length=200)
+    email = fields.CharField(max_length=320, null=True)
+    created_at = fields.DatetimeField(auto_now_add=True)
+    revoked_at = fields.DatetimeField(null=True)
+
+    project_id: str
+
+    class Meta:
+        table = "api_keys"
+
+
+class Folder(Model):
+    """A folder of the library, at the root when it has no parent."""
+
+    id = fields.CharField(primary_key=True, max_length=32, default=new_id)
+    project: fields.ForeignKeyRelation[Project] = fields.ForeignKeyField(
+        "models.Project", related_name="folders", on_delete=fields.CASCADE
+    )
+    parent: fields.ForeignKeyNullableRelation[Folder] = fields.ForeignKeyField(
+        "models.Folder", related_name="children", null=True, on_delete=fields.RESTRICT
+    )
+    name = fields.CharField(max_length=255)
+    created_at = fields.DatetimeField(auto_now_add=True)
+    updated_at = fields.DatetimeField(auto_now=True)
+
+    project_id: str
+    parent_id: str | None
+
+    class Meta:
+        table = "folders"
+        indexes = (("project_id", "parent_id"),)
+
+
+class LibraryFile(Model):
+    """A file of the library, from its creation through upload and processing."""
+
+    id = fields.CharField(primary_key=True, max_length=32, default=new_id)
+    project: fields.ForeignKeyRelation[Project] = fields.ForeignKeyField(
+        "models.Project", related_name="files", on_delete=fields.CASCADE
+    )
+    folder: fields.ForeignKeyNullableRelation[Folder] = fields.ForeignKeyField(
+        "models.Folder", related_name="files", null=True, on_delete=fields.RESTRICT
+    )
+    name = fields.CharField(max_length=255)
+    file_type = fields.CharField(max_length=8)
+    mime_type = fields.CharField(max_length=100)
+    storage_key = fields.CharField(max_length=255, unique=True)
+    size = fields.BigIntField(default=0)
+    sha256 = fields.CharField(max_length=64, null=True)
+    uploader_name = fields.CharField(max_length=200, null=True)
+    uploader_email = fields.CharField(max_length=320, null=True)
+    updating = fields.BooleanField(default=True)
+    prevent_search = fields.BooleanField(default=False)
+    finalized_at = fields.DatetimeField(null=True)
+    status = fields.CharEnumField(ProcessingStatus, default=ProcessingStatus.PENDING)
+    error: fields.Field[str | None] = fields.TextField(null=True)  # type: ignore[assignment]
+    attempts = fields.IntField(default=0)
+    # Per-step ISO timestamps (queued, started, finished, ...): the steps grow with
+    # the pipeline, and a JSON map keeps that from needing a migration each time.
+    steps: fields.Field[dict[str, str]] = fields.JSONField(default=dict)
+    indexed = fields.BooleanField(default=False)
+    thumbnail_key = fields.CharField(max_length=255, null=True)
+    created_at = fields.DatetimeField(auto_now_add=True)
+    updated_at = fields.DatetimeField(auto_now=True)
+
+    project_id: str
+    folder_id: str | None
+
+    class Meta:
+        table = "library_files"
+        indexes = (("project_id", "created_at"), ("project_id", "folder_id", "created_at"))

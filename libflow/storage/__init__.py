@@ -1,0 +1,64 @@
+"""Object storage: one protocol, a local-disk backend and an S3 backend."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
+from urllib.parse import quote
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """What storage knows about a stored object."""
+
+    size: int
+    content_type: str | None
+
+
+class StorageError(Exception):
+    """A storage operation failed for a reason other than a missing object."""
+
+
+class Storage(Protocol):
+    """Where library bytes live. Keys are ``/``-separated, without a leading ``/``."""
+
+    async def upload_url(self, key: str, content_type: str, expires_in: int) -> str:
+        """A URL that accepts one PUT of ``key`` with exactly ``content_type``."""
+        ...
+
+    async def download_url(
+        self, key: str, *, filename: str, content_type: str, expires_in: int, inline: bool = False
+    ) -> str:
+        """A URL that serves ``key`` with a Content-Disposition naming ``filename``."""
+        ...
+
+    async def head(self, key: str) -> ObjectInfo | None:
+        """Size and content type of ``key``, or None when nothing is stored there."""
+        ...
+
+    def read(self, key: str, chunk_size: int = 1024 * 1024) -> AsyncIterator[bytes]:
+        """Stream the bytes of ``key``; FileNotFoundError when nothing is stored there."""
+        ...
+
+    async def write(self, key: str, data: bytes, content_type: str) -> None:
+        """Store a small object (thumbnails) in one call."""
+        ...
+
+    async def delete(self, key: str) -> None:
+        """Remove ``key``; removing a missing key is not an error."""
+        ...
+
+    async def check(self) -> None:
+        """Raise StorageError when the backend cannot serve requests."""
+        ...
+
+
+def content_disposition(filename: str, *, inline: bool = False) -> str:
+    """An RFC 6266 Content-Disposition with an ASCII fallback and a UTF-8 ``filename*``."""
+    fallback = (
+        "".join(c if 32 <= ord(c) < 127 and c not in '"\\%;' else "_" for c in filename)
+        or "download"
+    )
+    kind = "inline" if inline else "attachment"
+    return f"{kind}; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"

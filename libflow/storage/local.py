@@ -1,0 +1,191 @@
+"""The local-disk storage backend: objects in the data dir, served by the app's signed URLs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import BinaryIO
+
+from libflow.storage import ObjectInfo, StorageError, content_disposition
+from libflow.storage.signing import UrlSigner
+
+_SEGMENT = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}")
+_WRITE_BUFFER = 1024 * 1024
+
+
+class InvalidKey(ValueError):
+    """A key that could escape the storage root or is not one libflow makes."""
+
+
+class ShortBody(StorageError):
+    """The body ended before Content-Length bytes arrived."""
+
+
+class BodyTooLarge(StorageError):
+    """The body carried more bytes than allowed."""
+
+
+class LocalStorage:
+    """Objects as files under ``root``; temp files and metadata live beside them, hidden."""
+
+    def __init__(self, root: Path, signer: UrlSigner) -> None:
+        self.root = root.resolve()
+        self._tmp = self.root / ".tmp"
+        self._meta = self.root / ".meta"
+        self.signer = signer
+        for path in (self.root, self._tmp, self._meta):
+            path.mkdir(parents=True, exist_ok=True)
+
+    def path_for(self, key: str) -> Path:
+        """The file of ``key``; raises InvalidKey for anything but plain segments."""
+        segments = key.split("/")
+        if not key or not all(_SEGMENT.fullmatch(s) for s in segments):
+            raise InvalidKey(f"invalid storage key {key!r}")
+        return self.root.joinpath(*segments)
+
+    def _meta_path(self, key: str) -> Path:
+        self.path_for(key)
+        return self._meta.joinpath(*key.split("/")).with_name(key.rsplit("/", 1)[-1] + ".json")
+
+    async def upload_url(self, key: str, content_type: str, expires_in: int) -> str:
+        """A signed URL for one PUT of ``key`` with exactly ``content_type``."""
+        self.path_for(key)
+        return self.signer.sign("PUT", key, content_type=content_type, expires_in=expires_in)
+
+    async def download_url(
+        self, key: str, *, filename: str, content_type: str, expires_in: int, inline: bool = False
+    ) -> str:
+        """A signed GET URL serving ``key`` under ``filename``."""
+        self.path_for(key)
+        return self.signer.sign(
+            "GET",
+            key,
+            content_type=content_type,
+            expires_in=expires_in,
+            disposition=content_disposition(filename, inline=inline),
+        )
+
+    async def head(self, key: str) -> ObjectInfo | None:
+        """Size from the file, content type from its metadata."""
+        return await asyncio.to_thread(self._head, key)
+
+    def _head(self, key: str) -> ObjectInfo | None:
+        try:
+            size = self.path_for(key).stat().st_size
+        except FileNotFoundError:
+            return None
+        try:
+            meta = json.loads(self._meta_path(key).read_text())
+            content_type = meta.get("contentType")
+        except (FileNotFoundError, ValueError):
+            content_type = None
+        return ObjectInfo(size=size, content_type=content_type)
+
+    async def read(self, key: str, chunk_size: int = 1024 * 1024) -> AsyncIterator[bytes]:
+        """Stream the file in chunks read on a worker thread."""
+        # A missing object raises FileNotFoundError, as the S3 backend does.
+        f = await asyncio.to_thread(self.path_for(key).open, "rb")
+        try:
+            while chunk := await asyncio.to_thread(f.read, chunk_size):
+                yield chunk
+        finally:
+            f.close()
+
+    async def write(self, key: str, data: bytes, content_type: str) -> None:
+        """Store small bytes atomically."""
+        await asyncio.to_thread(self._write_small, key, data, content_type)
+
+    def _write_small(self, key: str, data: bytes, content_type: str) -> None:
+        tmp = self._tmp_path()
+        with tmp.open("wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        self._commit(tmp, key, content_type)
+
+    async def store_stream(
+        self,
+        key: str,
+        content_type: str,
+        body: AsyncIterator[bytes],
+        length: int,
+    ) -> None:
+        """Stream exactly ``length`` bytes to ``key``; nothing is visible unless all arrived."""
+        self.path_for(key)
+        tmp = self._tmp_path()
+        f = await asyncio.to_thread(tmp.open, "wb")
+        loop = asyncio.get_running_loop()
+        received = 0
+        buffer = bytearray()
+        pending: asyncio.Future[int] | None = None
+        try:
+            async for chunk in body:
+                received += len(chunk)
+                if received > length:
+                    raise BodyTooLarge("the body is longer than its Content-Length")
+                buffer += chunk
+                if len(buffer) >= _WRITE_BUFFER:
+                    # One write in flight on a thread while the next buffer fills.
+                    if pending is not None:
+                        await pending
+                    pending = loop.run_in_executor(None, f.write, bytes(buffer))
+                    buffer.clear()
+            if pending is not None:
+                await pending
+            if received < length:
+                raise ShortBody(f"the body ended after {received} of {length} bytes")
+            await asyncio.to_thread(self._finish, f, bytes(buffer))
+            await asyncio.to_thread(self._commit, tmp, key, content_type)
+        except BaseException:
+            if pending is not None and not pending.done():
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(pending)
+            f.close()
+            tmp.unlink(missing_ok=True)
+            raise
+        finally:
+            f.close()
+
+    @staticmethod
+    def _finish(f: BinaryIO, tail: bytes) -> None:
+        if tail:
+            f.write(tail)
+        f.flush()
+        os.fsync(f.fileno())
+
+    def _tmp_path(self) -> Path:
+        return self._tmp / f"{os.urandom(12).hex()}.part"
+
+    def _commit(self, tmp: Path, key: str, content_type: str) -> None:
+        """Metadata first, then the atomic rename that makes the object visible."""
+        target = self.path_for(key)
+        meta = self._meta_path(key)
+        meta.parent.mkdir(parents=True, exist_ok=True)
+        meta_tmp = self._tmp_path()
+        meta_tmp.write_text(json.dumps({"contentType": content_type}))
+        os.replace(meta_tmp, meta)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, target)
+        dir_fd = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    async def delete(self, key: str) -> None:
+        """Remove the object and its metadata."""
+        await asyncio.to_thread(self._delete, key)
+
+    def _delete(self, key: str) -> None:
+        self.path_for(key).unlink(missing_ok=True)
+        self._meta_path(key).unlink(missing_ok=True)
+
+    async def check(self) -> None:
+        """The root must exist and be writable."""
+        if not await asyncio.to_thread(os.access, self.root, os.W_OK):
+            raise StorageError(f"storage dir {self.root} is not writable")

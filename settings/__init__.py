@@ -1,0 +1,106 @@
+"""libflow's settings: one typed object, read from ``LIBFLOW_*`` environment variables."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+ENV_PREFIX = "LIBFLOW_"
+MiB = 1024 * 1024
+
+
+class SettingsError(ValueError):
+    """A setting has a value libflow cannot use."""
+
+
+class Settings(BaseModel):
+    """Everything a libflow process needs to know about its deployment."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    data_dir: Path = Path("data")
+    database_url: str | None = None
+    redis_url: str | None = None
+    storage: Literal["local", "s3"] = "local"
+    s3_endpoint_url: str | None = None
+    s3_bucket: str = "libflow"
+    s3_region: str = "us-east-1"
+    public_base_url: str | None = None
+    secret_key: str | None = None
+    max_upload_bytes: int = Field(default=512 * MiB, gt=0)
+    embedder: str = "local"
+    http_allow_private: bool = False
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    upload_url_ttl_seconds: int = Field(default=15 * 60, gt=0)
+    download_url_ttl_seconds: int = Field(default=5 * 60, gt=0)
+    api_key_cache_seconds: float = Field(default=5.0, ge=0)
+    job_concurrency: int = Field(default=4, gt=0)
+    log_level: str = "INFO"
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The database URL, defaulting to a SQLite file in the data dir."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite://{(self.data_dir / 'libflow.sqlite3').resolve()}"
+
+    @property
+    def resolved_public_base_url(self) -> str:
+        """The base URL clients reach this server at, without a trailing slash."""
+        if self.public_base_url:
+            return self.public_base_url.rstrip("/")
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host  # noqa: S104
+        return f"http://{host}:{self.port}"
+
+    @property
+    def storage_dir(self) -> Path:
+        """Where the local storage backend keeps objects."""
+        return self.data_dir / "objects"
+
+    def signing_key(self) -> bytes:
+        """The key that signs local storage URLs; generated into the data dir when unset."""
+        if self.secret_key:
+            return self.secret_key.encode()
+        path = self.data_dir / "secret_key"
+        try:
+            return path.read_bytes().strip()
+        except FileNotFoundError:
+            pass
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        key = secrets.token_urlsafe(48).encode()
+        try:
+            # O_EXCL: when two processes start at once, the first key written wins.
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return path.read_bytes().strip()
+        with os.fdopen(fd, "wb") as f:
+            f.write(key)
+        return key
+
+
+def settings_from_env(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Build settings from ``LIBFLOW_*`` variables; ``overrides`` (runner flags) win."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    known = Settings.model_fields
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        field = name[len(ENV_PREFIX) :].lower()
+        if field in known and value != "":
+            values[field] = value
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return Settings.model_validate(values)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{ENV_PREFIX}{'.'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
+            for e in err.errors()
+        )
+        raise SettingsError(f"invalid settings: {problems}") from err

@@ -1,0 +1,1 @@
+"""libflow's background jobs and the arq worker that runs them."""

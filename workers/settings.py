@@ -1,0 +1,59 @@
+"""The arq worker: which jobs it runs and the resources it opens once per process."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AsyncExitStack
+from typing import Any
+
+from arq.cron import CronJob, cron
+
+from libflow.db import open_database
+from libflow.jobs import MAX_TRIES, deserialize_job, redis_settings, serialize_job
+from libflow.storage.factory import open_storage
+from settings import Settings, settings_from_env
+from workers.context import RESOURCES, JobResources
+from workers.files import process_file, remove_abandoned_uploads
+
+logger = logging.getLogger("libflow.worker")
+
+FUNCTIONS = [process_file]
+_EXIT_STACK = "exit_stack"
+
+
+async def startup(ctx: dict[str, Any]) -> None:
+    """Open the database and storage once for every job of this process."""
+    settings: Settings = ctx.get("settings") or settings_from_env()
+    stack = AsyncExitStack()
+    await stack.__aenter__()
+    ctx[_EXIT_STACK] = stack
+    await stack.enter_async_context(open_database(settings.resolved_database_url))
+    storage = await stack.enter_async_context(open_storage(settings))
+    ctx[RESOURCES] = JobResources(settings=settings, storage=storage)
+    logger.info("worker ready")
+
+
+async def shutdown(ctx: dict[str, Any]) -> None:
+    """Close what startup opened."""
+    stack: AsyncExitStack | None = ctx.get(_EXIT_STACK)
+    if stack is not None:
+        await stack.aclose()
+
+
+def worker_settings(settings: Settings) -> dict[str, Any]:
+    """Keyword arguments for ``arq.Worker`` (tests and run_worker.py share them)."""
+    assert settings.redis_url, "the arq worker needs LIBFLOW_REDIS_URL"
+    return {
+        "functions": FUNCTIONS,
+        "cron_jobs": CRON_JOBS,
+        "on_startup": startup,
+        "on_shutdown": shutdown,
+        "redis_settings": redis_settings(settings.redis_url),
+        "job_serializer": serialize_job,
+        "job_deserializer": deserialize_job,
+        "max_tries": MAX_TRIES,
+        "ctx": {"settings": settings},
+    }
+
+
+CRON_JOBS: list[CronJob] = [cron(remove_abandoned_uploads, minute=17, run_at_startup=False)]
