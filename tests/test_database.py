@@ -1,0 +1,76 @@
+"""The schema: created by migrations on first start, kept in step with the models."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tortoise.context import get_current_context
+from tortoise.migrations.autodetector import MigrationAutodetector
+
+from libflow.db import open_database, tortoise_config
+from libflow.models import Project
+from tests.conftest import Api, ClientFactory, base_settings, new_project
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def test_migrations_match_the_models(api: Api) -> None:
+    ctx = get_current_context()
+    assert ctx is not None and ctx.apps is not None
+    config = tortoise_config(api.shape.settings.resolved_database_url)
+    detector = MigrationAutodetector(ctx.apps, config["apps"])
+    pending = await detector.changes()
+    assert pending == [], "models changed: run `tortoise -c libflow.db.TORTOISE_ORM makemigrations`"
+
+
+async def test_a_restart_keeps_the_data(start_app: ClientFactory, tmp_path: Path) -> None:
+    settings = base_settings(tmp_path)
+    client = await start_app(settings)
+    project_id, _ = await new_project("kept")
+    await client.close()
+
+    client = await start_app(settings)
+    assert await Project.get_or_none(id=project_id) is not None
+    await client.close()
+
+
+async def test_concurrent_startups_migrate_once_on_postgres(postgres_url: str) -> None:
+    # An API process and workers starting together must not race on the schema.
+    async def start() -> None:
+        async with open_database(postgres_url):
+            await Project.all().count()
+
+    await asyncio.gather(
+        *(asyncio.create_task(start(), context=contextvars.Context()) for _ in range(3))
+    )
+
+
+def test_a_process_exits_by_itself_after_the_app_stops(tmp_path: Path) -> None:
+    # An unclosed aiosqlite connection keeps its thread alive and the interpreter
+    # never exits: start and stop the embedded app in a child and require it ends.
+    script = textwrap.dedent(
+        f"""
+        import asyncio
+        from aiohttp.test_utils import TestClient, TestServer
+        from settings import Settings
+        from libflow.app import create_app
+
+        async def main():
+            app = create_app(Settings(data_dir={str(tmp_path)!r}))
+            async with TestClient(TestServer(app)) as client:
+                assert (await client.get("/readyz")).status == 200
+
+        asyncio.run(main())
+        print("done")
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "done"

@@ -1,0 +1,141 @@
+"""Jobs: in-process retries, the abandoned-upload sweep, and a queue that goes away."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import unused_port
+from arq.worker import Retry
+
+from libflow.ids import utcnow
+from libflow.jobs import InProcessJobQueue
+from libflow.models import LibraryFile
+from tests.conftest import (
+    Api,
+    ClientFactory,
+    Shape,
+    base_settings,
+    create_record,
+    new_project,
+    put_bytes,
+    wait_until_processed,
+)
+from workers.context import RESOURCES
+from workers.files import remove_abandoned_uploads
+
+
+async def test_in_process_jobs_retry_like_arq() -> None:
+    tries: list[int] = []
+
+    async def flaky(ctx: dict[str, Any], value: str) -> None:
+        tries.append(ctx["job_try"])
+        if len(tries) < 3:
+            raise Retry(defer=0)
+
+    queue = InProcessJobQueue({}, concurrency=1)
+    await queue.enqueue(flaky, "x")
+    await queue.join()
+    assert tries == [1, 2, 3]
+
+
+async def test_uploads_never_finalized_are_removed_after_a_day(api: Api) -> None:
+    stale = await create_record(api, name="stale.txt", file_type="txt")
+    async with put_bytes(api, stale, b"never finalized") as response:
+        assert response.status == 200
+    fresh = await create_record(api, name="fresh.txt", file_type="txt")
+    await LibraryFile.filter(id=stale["documentId"]).update(
+        created_at=utcnow() - timedelta(hours=25)
+    )
+    from libflow import appkeys
+
+    queue = api.client.app[appkeys.JOBS] if api.client.app else None
+    assert isinstance(queue, InProcessJobQueue)
+    removed = await remove_abandoned_uploads(queue._ctx)  # the job as the sweeper runs it
+    assert removed == 1
+    assert await LibraryFile.get_or_none(id=stale["documentId"]) is None
+    assert await LibraryFile.get_or_none(id=fresh["documentId"]) is not None
+    storage = queue._ctx[RESOURCES].storage
+    assert await storage.head(stale["path"]) is None
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
+    """A redis-server of this test's own, which the test may stop."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("redis-server is not installed")
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    port = unused_port()
+    command = [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--dir",
+        str(tmp_path),
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    try:
+        yield f"redis://127.0.0.1:{port}/0", command
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+async def wait_for_port(port: int) -> None:
+    for _ in range(100):
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.05)
+            continue
+        writer.close()
+        await writer.wait_closed()
+        return
+    raise AssertionError(f"nothing listens on {port}")
+
+
+async def test_finalize_while_the_queue_is_down_is_503_and_loses_nothing(
+    start_app: ClientFactory, tmp_path: Path, private_redis: tuple[str, list[str]]
+) -> None:
+    url, command = private_redis
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    await wait_for_port(port)
+    settings = base_settings(tmp_path, redis_url=url)
+    client = await start_app(settings)
+    project_id, key = await new_project()
+    api = Api(client, Shape("redis", settings), project_id, key)
+    created = await create_record(api, name="a.txt", file_type="txt")
+    async with put_bytes(api, created, b"some text") as response:
+        assert response.status == 200
+
+    subprocess.run(["redis-cli", "-p", str(port), "shutdown", "nosave"], check=False)
+    response = await api.call("POST", "/files:complete", json={"path": created["path"]})
+    assert response.status == 503
+    assert (await response.json())["error"] == "UNAVAILABLE"
+    assert "Retry-After" in response.headers
+    record = await LibraryFile.get(id=created["documentId"])
+    assert record.finalized_at is None  # the failed finalize left no trace
+
+    restarted = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    try:
+        await wait_for_port(port)
+        response = await api.call("POST", "/files:complete", json={"path": created["path"]})
+        assert response.status == 200
+        processed = await wait_until_processed(api, created["documentId"])
+        assert processed["processing"]["status"] == "done"
+    finally:
+        restarted.terminate()
+        restarted.wait(timeout=10)
