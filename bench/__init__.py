@@ -1,0 +1,1 @@
+"""libflow benchmarks: ``python -m bench`` runs them all and prints one table."""

@@ -1,0 +1,201 @@
+"""Authenticated GET .../library/files/:id against a bare aiohttp JSON handler, both under wrk.
+
+Both servers are pinned to CPU 0 and wrk to CPU 1; same duration and connections, one run.
+Run alone with ``python -m bench.get_file``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench._common import (
+    LOG_LEVEL,
+    PYTHON,
+    BenchError,
+    Report,
+    Result,
+    create_project,
+    free_port,
+    libflow_env,
+    libflow_server,
+    pinned,
+    request_json,
+    run_alone,
+    server,
+)
+
+NAME = "get_file"
+SERVER_CPU = 0
+WRK_CPU = 1
+THREADS = 1
+CONNECTIONS = 32
+WARMUP_SECONDS = 2
+DURATION_SECONDS = 10
+RATIO_GOAL = 0.5
+PROCESSING_TIMEOUT = 20.0
+
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
+
+
+@dataclass(frozen=True)
+class WrkRun:
+    requests_per_second: float
+    p50_ms: float
+    p99_ms: float
+    requests: int
+
+
+def _latency_ms(text: str, percentile: str) -> float:
+    match = re.search(rf"^\s*{percentile}%\s+([\d.]+)(us|ms|s|m)\s*$", text, re.MULTILINE)
+    if match is None:
+        raise BenchError(f"no {percentile}% latency in wrk output:\n{text}")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def wrk(url: str, seconds: int, headers: dict[str, str] | None = None) -> WrkRun:
+    """One ``wrk --latency`` run on WRK_CPU; fails on any non-2xx answer or socket error."""
+    if shutil.which("wrk") is None:
+        raise BenchError("wrk is not installed: apt-get install -y wrk")
+    cmd = ["wrk", f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "--latency"]
+    for name, value in (headers or {}).items():
+        cmd += ["-H", f"{name}: {value}"]
+    done = subprocess.run(
+        pinned(WRK_CPU, [*cmd, url]),
+        capture_output=True,
+        text=True,
+        timeout=seconds + 30,
+        check=False,
+    )
+    out = done.stdout
+    if done.returncode != 0:
+        raise BenchError(f"wrk failed ({done.returncode}): {done.stderr.strip()}")
+    if "Non-2xx or 3xx responses" in out or "Socket errors" in out:
+        raise BenchError(f"wrk saw failed requests:\n{out}")
+    rps = re.search(r"^Requests/sec:\s+([\d.]+)", out, re.MULTILINE)
+    total = re.search(r"^\s*(\d+) requests in", out, re.MULTILINE)
+    if rps is None or total is None:
+        raise BenchError(f"unexpected wrk output:\n{out}")
+    return WrkRun(
+        float(rps.group(1)), _latency_ms(out, "50"), _latency_ms(out, "99"), int(total.group(1))
+    )
+
+
+def _prepare_file(base: str, project: str, key: str) -> dict[str, Any]:
+    """Create, upload and finalize a small text file; wait until its processing is done."""
+    api = f"{base}/api/publicv1/projects/{project}/library/files"
+    created = request_json(
+        "POST",
+        api,
+        body={"originalname": "notes.txt", "fileType": "txt", "dir": "root"},
+        api_key=key,
+    )
+    request_json(
+        "PUT",
+        created["storageLink"],
+        data=b"libflow benchmark file\n" * 100,
+        content_type=created["mimeType"],
+    )
+    request_json("POST", f"{api}:complete", body={"path": created["path"]}, api_key=key)
+    deadline = time.monotonic() + PROCESSING_TIMEOUT
+    while time.monotonic() < deadline:
+        detail: dict[str, Any] = request_json("GET", f"{api}/{created['documentId']}", api_key=key)
+        status = detail["processing"]["status"]
+        if status == "done":
+            return detail
+        if status == "failed":
+            raise BenchError(f"processing of the benchmark file failed: {detail}")
+        time.sleep(0.2)
+    raise BenchError("the benchmark file was not processed in time")
+
+
+def run() -> Report:
+    """Warm both servers up, then measure the bare baseline and libflow back to back."""
+    work = Path(tempfile.mkdtemp(prefix="libflow-bench-get-"))
+    try:
+        data_dir = work / "data"
+        env = libflow_env(data_dir)  # LIBFLOW_API_KEY_CACHE_SECONDS left at its default
+        project, key = create_project(env)
+        port, baseline_port = free_port(), free_port()
+        with libflow_server(port, data_dir, env, cpu=SERVER_CPU):
+            base = f"http://127.0.0.1:{port}"
+            detail = _prepare_file(base, project, key)
+            payload_path = work / "payload.json"
+            body = json.dumps(detail).encode()
+            payload_path.write_bytes(body)
+            path = f"/api/publicv1/projects/{project}/library/files/{detail['id']}"
+            baseline_cmd = [
+                PYTHON,
+                "-m",
+                "bench._baseline_app",
+                "--port",
+                str(baseline_port),
+                "--payload",
+                str(payload_path),
+            ]
+            with server(
+                baseline_cmd,
+                port=baseline_port,
+                env=env,
+                log_path=work / "baseline.log",
+                cpu=SERVER_CPU,
+            ):
+                baseline_url = f"http://127.0.0.1:{baseline_port}{path}"
+                auth = {"Authorization": key}
+                wrk(baseline_url, WARMUP_SECONDS)
+                wrk(base + path, WARMUP_SECONDS, auth)
+                bare = wrk(baseline_url, DURATION_SECONDS)
+                libflow = wrk(base + path, DURATION_SECONDS, auth)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    ratio = libflow.requests_per_second / bare.requests_per_second
+    rows = [
+        Result(
+            NAME,
+            "GET files/:id throughput",
+            libflow.requests_per_second,
+            "req/s",
+            baseline=bare.requests_per_second,
+            baseline_label="bare aiohttp",
+            goal=f">= {RATIO_GOAL}x",
+            met=ratio >= RATIO_GOAL,
+        ),
+        Result(
+            NAME,
+            "GET files/:id p50 latency",
+            libflow.p50_ms,
+            "ms",
+            baseline=bare.p50_ms,
+            baseline_label="bare aiohttp",
+        ),
+        Result(
+            NAME,
+            "GET files/:id p99 latency",
+            libflow.p99_ms,
+            "ms",
+            baseline=bare.p99_ms,
+            baseline_label="bare aiohttp",
+        ),
+    ]
+    notes = [
+        f"get_file: wrk -t{THREADS} -c{CONNECTIONS} -d{DURATION_SECONDS}s --latency on CPU "
+        f"{WRK_CPU} after a {WARMUP_SECONDS}s warm-up each; both servers on CPU {SERVER_CPU}; "
+        f"{bare.requests} / {libflow.requests} requests (bare / libflow)",
+        f"get_file: libflow with LIBFLOW_LOG_LEVEL={LOG_LEVEL} (the INFO access log is off), "
+        "LIBFLOW_API_KEY_CACHE_SECONDS default (5), SQLite database; "
+        f"JSON body {len(body)} bytes, served re-serialized by the baseline",
+    ]
+    return Report(rows, notes)
+
+
+if __name__ == "__main__":
+    sys.exit(run_alone(NAME, run))

@@ -1,0 +1,32 @@
+"""Run every benchmark in turn and print one table of figures, baselines and goals."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+
+from bench import get_file, upload
+from bench._common import Report, Result, install_sigterm_handler, render_table
+
+BENCHMARKS: tuple[tuple[str, Callable[[], Report]], ...] = (
+    (upload.NAME, upload.run),
+    (get_file.NAME, get_file.run),
+)
+
+
+def main() -> int:
+    """Run all benchmarks; exit 1 if any of them failed to produce its figures."""
+    install_sigterm_handler()
+    reports: list[Report] = []
+    started = time.monotonic()
+    for name, run in BENCHMARKS:
+        print(f"running {name} ...", file=sys.stderr, flush=True)
+        try:
+            reports.append(run())
+        except Exception as err:
+            reports.append(Report([Result.failed(name, err)]))
+    elapsed = time.monotonic() - started
+    reports.append(Report(notes=[f"whole run took {elapsed:.0f}s"]))
+    print(render_table(reports))
+    return 1 if any(r.error for report in reports for r in report.rows) else 0
