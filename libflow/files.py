@@ -152,7 +152,10 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         created, file_id = raw.split("|", 1)
-        return datetime.fromisoformat(created), file_id
+        moment = datetime.fromisoformat(created)
+        if moment.tzinfo is None:
+            raise ValueError("a cursor this API wrote carries a time zone")
+        return moment, file_id
     except (ValueError, binascii.Error, UnicodeDecodeError) as err:
         raise ValidationFailed(
             "cursor is not one this API returned",

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import re
 from collections.abc import AsyncIterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import BinaryIO
 
 from libflow.storage import ObjectInfo, StorageError, content_disposition
 from libflow.storage.signing import UrlSigner
 
 _SEGMENT = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}")
 _WRITE_BUFFER = 1024 * 1024
+# Upload writes and fsyncs get threads of their own, so a burst of uploads never
+# starves the default executor that other blocking calls share.
+_IO_THREADS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="libflow-upload")
 
 
 class InvalidKey(ValueError):
@@ -28,6 +30,29 @@ class ShortBody(StorageError):
 
 class BodyTooLarge(StorageError):
     """The body carried more bytes than allowed."""
+
+
+def _write_chunks(fd: int, chunks: list[bytes], sync: bool) -> None:
+    """Write without joining the chunks (no copy); fsync after the last ones."""
+    for chunk in chunks:
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(fd, view) :]
+    if sync:
+        os.fsync(fd)
+
+
+def _discard_when_idle(fd: int, tmp: Path, inflight: Future[None] | None) -> None:
+    """Close and remove a failed upload's temp file once no thread is using it."""
+
+    def discard(_: object = None) -> None:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+
+    if inflight is None:
+        discard()
+    else:
+        inflight.add_done_callback(discard)
 
 
 class LocalStorage:
@@ -118,45 +143,40 @@ class LocalStorage:
         """Stream exactly ``length`` bytes to ``key``; nothing is visible unless all arrived."""
         self.path_for(key)
         tmp = self._tmp_path()
-        f = await asyncio.to_thread(tmp.open, "wb")
-        loop = asyncio.get_running_loop()
+        # Opening is one quick syscall: doing it here leaves no window in which a
+        # cancelled request owns a file that a thread is still opening.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        # The one thread operation using ``fd`` at a time; a concurrent future, because
+        # an asyncio wrapper reports "done" on cancellation while the thread still runs.
+        inflight: Future[None] | None = None
         received = 0
-        buffer = bytearray()
-        pending: asyncio.Future[int] | None = None
+        chunks: list[bytes] = []
+        buffered = 0
         try:
             async for chunk in body:
                 received += len(chunk)
                 if received > length:
                     raise BodyTooLarge("the body is longer than its Content-Length")
-                buffer += chunk
-                if len(buffer) >= _WRITE_BUFFER:
+                chunks.append(chunk)
+                buffered += len(chunk)
+                if buffered >= _WRITE_BUFFER:
                     # One write in flight on a thread while the next buffer fills.
-                    if pending is not None:
-                        await pending
-                    pending = loop.run_in_executor(None, f.write, bytes(buffer))
-                    buffer.clear()
-            if pending is not None:
-                await pending
+                    if inflight is not None:
+                        await asyncio.wrap_future(inflight)
+                    inflight = _IO_THREADS.submit(_write_chunks, fd, chunks, False)
+                    chunks, buffered = [], 0
             if received < length:
                 raise ShortBody(f"the body ended after {received} of {length} bytes")
-            await asyncio.to_thread(self._finish, f, bytes(buffer))
-            await asyncio.to_thread(self._commit, tmp, key, content_type)
+            if inflight is not None:
+                await asyncio.wrap_future(inflight)
+            inflight = _IO_THREADS.submit(_write_chunks, fd, chunks, True)
+            await asyncio.wrap_future(inflight)
+            inflight = _IO_THREADS.submit(self._commit, tmp, key, content_type)
+            await asyncio.wrap_future(inflight)
         except BaseException:
-            if pending is not None and not pending.done():
-                with contextlib.suppress(BaseException):
-                    await asyncio.shield(pending)
-            f.close()
-            tmp.unlink(missing_ok=True)
+            _discard_when_idle(fd, tmp, inflight)
             raise
-        finally:
-            f.close()
-
-    @staticmethod
-    def _finish(f: BinaryIO, tail: bytes) -> None:
-        if tail:
-            f.write(tail)
-        f.flush()
-        os.fsync(f.fileno())
+        os.close(fd)
 
     def _tmp_path(self) -> Path:
         return self._tmp / f"{os.urandom(12).hex()}.part"
