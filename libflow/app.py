@@ -16,6 +16,7 @@ from libflow.auth import api_key_middleware
 from libflow.callers import ApiKeyCache
 from libflow.db import open_database
 from libflow.errors import error_middleware
+from libflow.file_lookup import open_file_lookup
 from libflow.jobs import ArqJobQueue, InProcessJobQueue, open_arq_pool
 from libflow.logs import request_log_middleware
 from libflow.metrics import HttpMetrics, metrics_middleware
@@ -40,7 +41,9 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
                 "no projects yet: create one with `libflow projects create NAME --json`",
                 extra={"databaseUrl": settings.resolved_database_url.split("@")[-1]},
             )
-        yield
+        with open_file_lookup(settings.resolved_database_url) as lookup:
+            app[appkeys.FILE_LOOKUP] = lookup
+            yield
 
 
 async def _storage(app: web.Application) -> AsyncIterator[None]:

@@ -6,6 +6,7 @@ from aiohttp import ClientSession, web
 from prometheus_client import CollectorRegistry
 
 from libflow.callers import ApiKeyCache
+from libflow.file_lookup import FileLookup
 from libflow.jobs import JobQueue
 from libflow.metrics import HttpMetrics
 from libflow.storage import Storage
@@ -20,4 +21,5 @@ JOBS = web.AppKey("jobs", JobQueue)
 API_KEYS = web.AppKey("api_keys", ApiKeyCache)
 METRICS = web.AppKey("metrics", HttpMetrics)
 METRICS_REGISTRY = web.AppKey("metrics_registry", CollectorRegistry)
+FILE_LOOKUP = web.AppKey("file_lookup", FileLookup)
 HTTP_CLIENT = web.AppKey("http_client", ClientSession)

@@ -20,6 +20,7 @@ from libflow.errors import (
     UploadIncomplete,
     ValidationFailed,
 )
+from libflow.file_lookup import FileLookup
 from libflow.filetypes import MIME_TYPES, normalize_file_type, same_content_type
 from libflow.folders import find_folder
 from libflow.ids import iso, new_id, utcnow
@@ -180,17 +181,19 @@ async def list_files(
     return files, None
 
 
-async def get_file(project_id: str, file_id: str) -> LibraryFile:
+async def get_file(lookup: FileLookup, project_id: str, file_id: str) -> LibraryFile:
     """One file of the project."""
-    file = await LibraryFile.get_or_none(id=file_id, project_id=project_id)
+    file = await lookup.get(project_id, file_id)
     if file is None:
         raise NotFound(f"file {file_id!r} not found")
     return file
 
 
-async def download_url(storage: Storage, project_id: str, file_id: str, ttl: int) -> str:
+async def download_url(
+    storage: Storage, lookup: FileLookup, project_id: str, file_id: str, ttl: int
+) -> str:
     """A signed URL serving the file's bytes under its original name."""
-    file = await get_file(project_id, file_id)
+    file = await get_file(lookup, project_id, file_id)
     if file.finalized_at is None:
         raise NotReady("the upload of this file is not finalized yet")
     return await storage.download_url(
@@ -198,9 +201,11 @@ async def download_url(storage: Storage, project_id: str, file_id: str, ttl: int
     )
 
 
-async def thumbnail_url(storage: Storage, project_id: str, file_id: str, ttl: int) -> str:
+async def thumbnail_url(
+    storage: Storage, lookup: FileLookup, project_id: str, file_id: str, ttl: int
+) -> str:
     """A signed URL of the file's WEBP thumbnail."""
-    file = await get_file(project_id, file_id)
+    file = await get_file(lookup, project_id, file_id)
     if file.thumbnail_key is None:
         raise NotFound("this file has no thumbnail (yet)")
     stem = file.name.rsplit(".", 1)[0] or "thumbnail"
@@ -213,9 +218,9 @@ async def thumbnail_url(storage: Storage, project_id: str, file_id: str, ttl: in
     )
 
 
-async def delete_file(storage: Storage, project_id: str, file_id: str) -> None:
+async def delete_file(storage: Storage, lookup: FileLookup, project_id: str, file_id: str) -> None:
     """Remove the record first (the source of truth), then its bytes and thumbnail."""
-    file = await get_file(project_id, file_id)
+    file = await get_file(lookup, project_id, file_id)
     await file.delete()
     for key in (file.storage_key, file.thumbnail_key):
         if key is None:

@@ -118,7 +118,9 @@ async def list_files(request: web.Request) -> web.Response:
 @routes.get(f"{PREFIX}/files/{{fileId}}")
 async def get_file(request: web.Request) -> web.Response:
     """One file with its processing state."""
-    file = await files.get_file(_project(request), request.match_info["fileId"])
+    file = await files.get_file(
+        request.app[appkeys.FILE_LOOKUP], _project(request), request.match_info["fileId"]
+    )
     return web.json_response(file_detail_json(file))
 
 
@@ -126,7 +128,10 @@ async def get_file(request: web.Request) -> web.Response:
 async def delete_file(request: web.Request) -> web.Response:
     """Delete a file, its bytes and its thumbnail."""
     await files.delete_file(
-        request.app[appkeys.STORAGE], _project(request), request.match_info["fileId"]
+        request.app[appkeys.STORAGE],
+        request.app[appkeys.FILE_LOOKUP],
+        _project(request),
+        request.match_info["fileId"],
     )
     return web.Response(status=204)
 
@@ -136,6 +141,7 @@ async def download_file(request: web.Request) -> web.Response:
     """Redirect to a short-lived signed URL of the bytes."""
     url = await files.download_url(
         request.app[appkeys.STORAGE],
+        request.app[appkeys.FILE_LOOKUP],
         _project(request),
         request.match_info["fileId"],
         request.app[appkeys.SETTINGS].download_url_ttl_seconds,
@@ -148,6 +154,7 @@ async def download_thumbnail(request: web.Request) -> web.Response:
     """Redirect to a signed URL of the WEBP thumbnail; 404 until one exists."""
     url = await files.thumbnail_url(
         request.app[appkeys.STORAGE],
+        request.app[appkeys.FILE_LOOKUP],
         _project(request),
         request.match_info["fileId"],
         request.app[appkeys.SETTINGS].download_url_ttl_seconds,
