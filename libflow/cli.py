@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from tortoise.exceptions import DBConnectionError
 from tqdm import tqdm
 from yarl import URL
 
@@ -38,8 +39,13 @@ async def _with_database(action: Callable[[], Awaitable[None]]) -> None:
         settings = settings_from_env()
     except SettingsError as err:
         raise CliError(str(err)) from err
-    async with open_database(settings.resolved_database_url):
-        await action()
+    try:
+        async with open_database(settings.resolved_database_url):
+            await action()
+    except (OSError, DBConnectionError) as err:
+        # The host part only: the URL may carry a password.
+        where = settings.resolved_database_url.split("@")[-1]
+        raise CliError(f"cannot reach the database at {where}: {err}") from err
 
 
 async def _projects_create(args: argparse.Namespace) -> None:
@@ -82,6 +88,8 @@ async def _keys_revoke(args: argparse.Namespace) -> None:
 
 async def _keys_list(args: argparse.Namespace) -> None:
     async def action() -> None:
+        if not await Project.exists(id=args.project):
+            raise CliError(f"no project {args.project}")
         keys = await ApiKey.filter(project_id=args.project).order_by("created_at")
         rows = [
             {
@@ -107,13 +115,20 @@ async def _api(
 ) -> dict[str, Any]:
     headers = {"Authorization": api_key}
     async with session.request(method, url, headers=headers, **kwargs) as response:
-        body = await response.json(content_type=None)
+        try:
+            body = await response.json(content_type=None)
+        except ValueError:
+            body = None
+        # A proxy or another server may answer at this URL: say so instead of crashing.
+        if not isinstance(body, dict):
+            raise CliError(
+                f"{method} {url}: {response.status} {response.reason}: not a libflow API answer"
+            )
         if response.status >= 400:
             raise CliError(
                 f"{method} {url}: {response.status} {body.get('error')}: {body.get('message')}"
             )
-        result: dict[str, Any] = body
-        return result
+        return body
 
 
 async def _file_chunks(path: Path, bar: tqdm[Any]) -> AsyncIterator[bytes]:

@@ -7,8 +7,12 @@ from datetime import UTC, datetime
 
 
 def new_id() -> str:
-    """An opaque, URL-safe id with 128 random bits (the contract asks for at least 96)."""
-    return secrets.token_urlsafe(16)
+    """An opaque, URL-safe id with 128 random bits (the contract asks for at least 96).
+
+    Hex rather than base64url: an id starting with ``-`` reads as an option on a
+    command line (``libflow keys revoke -x...``).
+    """
+    return secrets.token_hex(16)
 
 
 def utcnow() -> datetime:

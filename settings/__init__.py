@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from collections.abc import Mapping
@@ -68,19 +69,24 @@ class Settings(BaseModel):
         if self.secret_key:
             return self.secret_key.encode()
         path = self.data_dir / "secret_key"
-        try:
-            return path.read_bytes().strip()
-        except FileNotFoundError:
-            pass
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        key = secrets.token_urlsafe(48).encode()
-        try:
-            # O_EXCL: when two processes start at once, the first key written wins.
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return path.read_bytes().strip()
-        with os.fdopen(fd, "wb") as f:
-            f.write(key)
+        if not path.exists():
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            # Written aside, then linked into place: no process ever reads a half-written
+            # key, and when several start at once the first link wins.
+            draft = path.with_name(f".secret_key.{secrets.token_hex(8)}")
+            fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(secrets.token_urlsafe(48).encode())
+                with contextlib.suppress(FileExistsError):
+                    os.link(draft, path)
+            finally:
+                draft.unlink()
+        key = path.read_bytes().strip()
+        if not key:
+            raise SettingsError(
+                f"{path} is empty: delete it to generate a new key, or set LIBFLOW_SECRET_KEY"
+            )
         return key
 
 

@@ -1,0 +1,301 @@
+"""Operations endpoints and cross-cutting middleware: health, readiness, metrics, logs."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import re
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from aiohttp.test_utils import unused_port
+from prometheus_client.parser import text_string_to_metric_families
+from yarl import URL
+
+from libflow.logs import JsonFormatter
+from tests.conftest import Api, ClientFactory, Shape, base_settings, create_record, put_bytes
+
+FILE_ROUTE = "/api/publicv1/projects/{projectId}/library/files/{fileId}"
+
+
+@pytest.fixture
+def log_stream() -> Iterator[io.StringIO]:
+    """Everything libflow logs during the test, formatted as the server formats it."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("libflow")
+    previous = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield stream
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """A Redis server of this test's own, so the test may stop it."""
+    port = unused_port()
+    process = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                assert process.poll() is None, "redis-server exited at start"
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.05)
+        yield process, f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _metric_samples(text: str, name: str) -> list[Any]:
+    return [
+        sample
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    ]
+
+
+async def test_healthz_answers_ok(api: Api) -> None:
+    response = await api.client.get("/healthz")
+    assert response.status == 200
+    assert await response.json() == {"status": "ok"}
+
+
+async def test_readyz_checks_database_and_storage_on_embedded_shape(
+    start_app: ClientFactory, embedded: Shape
+) -> None:
+    client = await start_app(embedded.settings)
+    response = await client.get("/readyz")
+    assert response.status == 200
+    assert await response.json() == {
+        "status": "ok",
+        "checks": {"database": "ok", "storage": "ok"},
+    }
+
+
+async def test_readyz_checks_redis_too_on_scaled_shape(
+    start_app: ClientFactory, scaled: Shape
+) -> None:
+    client = await start_app(scaled.settings)
+    response = await client.get("/readyz")
+    assert response.status == 200
+    assert await response.json() == {
+        "status": "ok",
+        "checks": {"database": "ok", "storage": "ok", "redis": "ok"},
+    }
+
+
+async def test_readyz_is_503_when_redis_goes_away(
+    start_app: ClientFactory, tmp_path: Path, private_redis: tuple[subprocess.Popen[bytes], str]
+) -> None:
+    # The app refuses to start without Redis (arq's pool retries, then raises), so Redis
+    # is stopped under a running app, as when the Redis host fails.
+    process, url = private_redis
+    client = await start_app(base_settings(tmp_path, redis_url=url))
+    assert (await client.get("/readyz")).status == 200
+
+    process.terminate()
+    await asyncio.to_thread(process.wait, 10)
+
+    response = await client.get("/readyz")
+    assert response.status == 503
+    assert response.content_type == "application/json"
+    assert response.headers["Retry-After"].isdigit()
+    body = await response.json()
+    assert body["error"] == "UNAVAILABLE"
+    assert "redis" in body["message"]
+    assert body["details"]["database"] == "ok"
+    assert body["details"]["storage"] == "ok"
+    assert body["details"]["redis"].startswith("unavailable")
+
+
+async def test_readyz_is_503_when_the_storage_dir_is_gone(
+    start_app: ClientFactory, embedded: Shape
+) -> None:
+    # Tests run as root, so a read-only dir would still pass os.access: the data volume
+    # losing the objects dir (an unmounted or wiped disk) is the real failure here.
+    client = await start_app(embedded.settings)
+    shutil.rmtree(embedded.settings.storage_dir)
+
+    response = await client.get("/readyz")
+    assert response.status == 503
+    assert "Retry-After" in response.headers
+    body = await response.json()
+    assert body["error"] == "UNAVAILABLE"
+    assert body["details"] == {"database": "ok", "storage": "unavailable: StorageError"}
+
+
+async def test_metrics_count_requests_by_route_template(api: Api) -> None:
+    raw_id = "nosuchfile0123456789abcd"
+    for _ in range(2):
+        response = await api.call("GET", f"/files/{raw_id}")
+        assert response.status == 404
+    assert (await api.client.get("/no/such/route")).status == 404
+
+    response = await api.client.get("/metrics")
+    assert response.status == 200
+    assert response.content_type == "text/plain"
+    text = await response.text()
+    counts = {
+        (s.labels["method"], s.labels["route"], s.labels["status"]): s.value
+        for s in _metric_samples(text, "libflow_http_requests_total")
+    }
+    assert counts[("GET", FILE_ROUTE, "404")] == 2
+    assert counts[("GET", "unmatched", "404")] == 1
+    assert raw_id not in text
+    assert api.project_id not in text
+    assert "/no/such/route" not in text
+
+
+async def test_metrics_label_storage_urls_without_their_keys(api: Api) -> None:
+    created = await create_record(api, name="a.txt", file_type="txt")
+    async with put_bytes(api, created, b"hello") as response:
+        assert response.status == 200
+
+    text = await (await api.client.get("/metrics")).text()
+    routes = {s.labels["route"] for s in _metric_samples(text, "libflow_http_requests_total")}
+    assert "/storage/{key}" in routes
+    assert created["path"] not in text
+    latency = _metric_samples(text, "libflow_http_request_duration_seconds_count")
+    assert any(s.labels["route"] == "/storage/{key}" for s in latency)
+
+
+async def test_every_response_carries_a_request_id(api: Api) -> None:
+    record = await api.upload(b"%PDF-1.4 tiny", name="r.pdf")
+    download = await api.call("GET", f"/files/{record['id']}/download", allow_redirects=False)
+    assert download.status == 302
+    responses = [
+        download,
+        await api.client.get("/healthz"),
+        await api.client.get("/metrics"),
+        await api.client.get("/api/publicv1/openapi.json"),
+        await api.client.get("/api/publicv1/projects/x/library/files"),  # 401
+        await api.call("GET", "/files/nosuchfile"),  # 404
+        await api.client.get("/no/such/route"),  # unmatched
+        await api.client.patch("/healthz"),  # 405
+    ]
+    async with api.client.session.get(URL(download.headers["Location"], encoded=True)) as got:
+        assert got.status == 200
+        responses.append(got)
+    missing = [(r.status, r.url.path) for r in responses if "X-Request-Id" not in r.headers]
+    assert not missing
+    ids = [r.headers["X-Request-Id"] for r in responses]
+    assert len(set(ids)) == len(ids)
+
+
+async def test_a_sane_client_request_id_is_echoed(api: Api) -> None:
+    response = await api.client.get("/healthz", headers={"X-Request-Id": "client-42.retry_1"})
+    assert response.headers["X-Request-Id"] == "client-42.retry_1"
+
+
+@pytest.mark.parametrize("supplied", ["has space", "<script>", "x" * 65, "id;drop", ""])
+async def test_an_insane_client_request_id_is_replaced(api: Api, supplied: str) -> None:
+    response = await api.client.get("/healthz", headers={"X-Request-Id": supplied})
+    replaced = response.headers["X-Request-Id"]
+    assert replaced != supplied
+    assert re.fullmatch(r"[0-9a-f]{32}", replaced)
+
+
+async def test_access_log_is_json_with_the_request_id(api: Api, log_stream: io.StringIO) -> None:
+    response = await api.client.get("/healthz", headers={"X-Request-Id": "trace-me-1"})
+    assert response.status == 200
+
+    entries = [json.loads(line) for line in log_stream.getvalue().splitlines()]
+    [access] = [e for e in entries if e["logger"] == "libflow.access"]
+    assert access["requestId"] == "trace-me-1"
+    assert access["method"] == "GET"
+    assert access["path"] == "/healthz"
+    assert access["status"] == 200
+    assert access["level"] == "info"
+    assert access["time"].endswith("Z")
+
+
+async def test_a_generated_request_id_is_the_one_logged(api: Api, log_stream: io.StringIO) -> None:
+    response = await api.client.get("/healthz")
+    entries = [json.loads(line) for line in log_stream.getvalue().splitlines()]
+    [access] = [e for e in entries if e["logger"] == "libflow.access"]
+    assert access["requestId"] == response.headers["X-Request-Id"]
+
+
+async def test_logs_written_while_handling_carry_the_request_id(
+    start_app: ClientFactory, embedded: Shape, log_stream: io.StringIO
+) -> None:
+    client = await start_app(embedded.settings)
+    shutil.rmtree(embedded.settings.storage_dir)
+    response = await client.get("/readyz", headers={"X-Request-Id": "probe-7"})
+    assert response.status == 503
+
+    entries = [json.loads(line) for line in log_stream.getvalue().splitlines()]
+    [warning] = [e for e in entries if e["logger"] == "libflow.ops"]
+    assert warning["level"] == "warning"
+    assert "storage" in warning["message"]
+    assert warning["requestId"] == "probe-7"
+
+
+async def test_logs_never_carry_the_api_key_or_a_storage_signature(
+    api: Api, log_stream: io.StringIO
+) -> None:
+    created = await create_record(api, name="secret.txt", file_type="txt")
+    async with put_bytes(api, created, b"top secret") as response:
+        assert response.status == 200
+    finalized = await api.call("POST", "/files:complete", json={"path": created["path"]})
+    assert finalized.status == 200
+    await api.run_jobs()
+    download = await api.call(
+        "GET", f"/files/{created['documentId']}/download", allow_redirects=False
+    )
+    assert download.status == 302
+    async with api.client.session.get(URL(download.headers["Location"], encoded=True)) as got:
+        assert await got.read() == b"top secret"
+    bearer = await api.client.get(
+        api.url("/files"), headers={"Authorization": f"Bearer {api.api_key}"}
+    )
+    assert bearer.status == 200
+
+    text = log_stream.getvalue()
+    lines = text.splitlines()
+    access = [json.loads(line) for line in lines if '"libflow.access"' in line]
+    assert len(access) == 6
+    assert all(entry["requestId"] for entry in access)
+    signatures = [
+        parse_qs(urlsplit(url).query)["sig"][0]
+        for url in (created["storageLink"], download.headers["Location"])
+    ]
+    for secret in (api.api_key, *signatures):
+        assert secret not in text
+    assert "sig=" not in text
