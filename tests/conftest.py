@@ -23,6 +23,7 @@ from tortoise.backends.base.executor import EXECUTOR_CACHE
 from libflow.app import create_app
 from libflow.projects import create_api_key, create_project
 from settings import Settings
+from tests.private_redis import PrivateRedis
 from tests.s3server import s3_endpoint  # noqa: F401  (a fixture)
 from workers.settings import worker_settings
 
@@ -93,6 +94,21 @@ async def redis_url() -> AsyncIterator[str]:
     finally:
         await client.flushdb()
         await client.aclose()
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    """A running redis-server of this test's own, stopped after the test."""
+    try:
+        server = PrivateRedis(tmp_path)
+    except RuntimeError as err:
+        unavailable("redis-server", "apt-get install redis-server", err)
+        raise
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @dataclass

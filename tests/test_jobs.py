@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import subprocess
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
-from aiohttp.test_utils import unused_port
 from arq.worker import Retry
 
 from libflow.ids import utcnow
@@ -28,6 +22,7 @@ from tests.conftest import (
     put_bytes,
     wait_until_processed,
 )
+from tests.private_redis import PrivateRedis
 from workers.context import RESOURCES
 from workers.files import remove_abandoned_uploads
 
@@ -66,54 +61,10 @@ async def test_uploads_never_finalized_are_removed_after_a_day(api: Api) -> None
     assert await storage.head(stale["path"]) is None
 
 
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
-    """A redis-server of this test's own, which the test may stop."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("redis-server is not installed")
-        pytest.skip("redis-server is not installed (apt-get install redis-server)")
-    port = unused_port()
-    command = [
-        binary,
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--dir",
-        str(tmp_path),
-    ]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    try:
-        yield f"redis://127.0.0.1:{port}/0", command
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-async def wait_for_port(port: int) -> None:
-    for _ in range(100):
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            await asyncio.sleep(0.05)
-            continue
-        writer.close()
-        await writer.wait_closed()
-        return
-    raise AssertionError(f"nothing listens on {port}")
-
-
 async def test_finalize_while_the_queue_is_down_is_503_and_loses_nothing(
-    start_app: ClientFactory, tmp_path: Path, private_redis: tuple[str, list[str]]
+    start_app: ClientFactory, tmp_path: Path, private_redis: PrivateRedis
 ) -> None:
-    url, command = private_redis
-    port = int(url.rsplit(":", 1)[1].split("/")[0])
-    await wait_for_port(port)
-    settings = base_settings(tmp_path, redis_url=url)
+    settings = base_settings(tmp_path, redis_url=private_redis.url)
     client = await start_app(settings)
     project_id, key = await new_project()
     api = Api(client, Shape("redis", settings), project_id, key)
@@ -121,7 +72,7 @@ async def test_finalize_while_the_queue_is_down_is_503_and_loses_nothing(
     async with put_bytes(api, created, b"some text") as response:
         assert response.status == 200
 
-    subprocess.run(["redis-cli", "-p", str(port), "shutdown", "nosave"], check=False)
+    private_redis.stop()
     response = await api.call("POST", "/files:complete", json={"path": created["path"]})
     assert response.status == 503
     assert (await response.json())["error"] == "UNAVAILABLE"
@@ -129,13 +80,8 @@ async def test_finalize_while_the_queue_is_down_is_503_and_loses_nothing(
     record = await LibraryFile.get(id=created["documentId"])
     assert record.finalized_at is None  # the failed finalize left no trace
 
-    restarted = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    try:
-        await wait_for_port(port)
-        response = await api.call("POST", "/files:complete", json={"path": created["path"]})
-        assert response.status == 200
-        processed = await wait_until_processed(api, created["documentId"])
-        assert processed["processing"]["status"] == "done"
-    finally:
-        restarted.terminate()
-        restarted.wait(timeout=10)
+    await asyncio.to_thread(private_redis.start)
+    response = await api.call("POST", "/files:complete", json={"path": created["path"]})
+    assert response.status == 200
+    processed = await wait_until_processed(api, created["documentId"])
+    assert processed["processing"]["status"] == "done"

@@ -8,21 +8,18 @@ import json
 import logging
 import re
 import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from aiohttp.test_utils import unused_port
 from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
 from libflow.logs import JsonFormatter
 from tests.conftest import Api, ClientFactory, Shape, base_settings, create_record, put_bytes
+from tests.private_redis import PrivateRedis
 
 FILE_ROUTE = "/api/publicv1/projects/{projectId}/library/files/{fileId}"
 
@@ -42,43 +39,6 @@ def log_stream() -> Iterator[io.StringIO]:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(previous)
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """A Redis server of this test's own, so the test may stop it."""
-    port = unused_port()
-    process = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_path),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                assert process.poll() is None, "redis-server exited at start"
-                assert time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.05)
-        yield process, f"redis://127.0.0.1:{port}/0"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def _metric_samples(text: str, name: str) -> list[Any]:
@@ -121,16 +81,14 @@ async def test_readyz_checks_redis_too_on_scaled_shape(
 
 
 async def test_readyz_is_503_when_redis_goes_away(
-    start_app: ClientFactory, tmp_path: Path, private_redis: tuple[subprocess.Popen[bytes], str]
+    start_app: ClientFactory, tmp_path: Path, private_redis: PrivateRedis
 ) -> None:
     # The app refuses to start without Redis (arq's pool retries, then raises), so Redis
     # is stopped under a running app, as when the Redis host fails.
-    process, url = private_redis
-    client = await start_app(base_settings(tmp_path, redis_url=url))
+    client = await start_app(base_settings(tmp_path, redis_url=private_redis.url))
     assert (await client.get("/readyz")).status == 200
 
-    process.terminate()
-    await asyncio.to_thread(process.wait, 10)
+    await asyncio.to_thread(private_redis.stop)
 
     response = await client.get("/readyz")
     assert response.status == 503
