@@ -17,19 +17,22 @@ from libflow.callers import ApiKeyCache
 from libflow.db import open_database
 from libflow.errors import error_middleware
 from libflow.file_lookup import open_file_lookup
-from libflow.jobs import ArqJobQueue, InProcessJobQueue, open_arq_pool
+from libflow.jobs import ArqJobQueue, InProcessJobQueue, JobFunction, open_arq_pool
 from libflow.logs import request_log_middleware
 from libflow.metrics import HttpMetrics, metrics_middleware
 from libflow.models import LibraryFile, ProcessingStatus, Project
+from libflow.search import VectorIndex
 from libflow.storage.factory import open_storage
 from libflow.storage.local import LocalStorage
 from settings import Settings
 from workers.context import RESOURCES, JobResources
-from workers.files import process_file, remove_abandoned_uploads
+from workers.embeddings import open_embedder
+from workers.files import process_file, recover_stuck_files, remove_abandoned_uploads
 
 logger = logging.getLogger("libflow.app")
 
-SWEEP_INTERVAL_SECONDS = 3600
+ABANDONED_SWEEP_SECONDS = 3600
+RECOVERY_SWEEP_SECONDS = 60
 SHUTDOWN_GRACE_SECONDS = 10
 
 
@@ -53,6 +56,12 @@ async def _storage(app: web.Application) -> AsyncIterator[None]:
         yield
 
 
+async def _embedder(app: web.Application) -> AsyncIterator[None]:
+    async with open_embedder(app[appkeys.SETTINGS]) as embedder:
+        app[appkeys.EMBEDDER] = embedder
+        yield
+
+
 async def _jobs(app: web.Application) -> AsyncIterator[None]:
     settings = app[appkeys.SETTINGS]
     if settings.redis_url:
@@ -60,8 +69,10 @@ async def _jobs(app: web.Application) -> AsyncIterator[None]:
             app[appkeys.JOBS] = ArqJobQueue(pool)
             yield
         return
-    resources = JobResources(settings=settings, storage=app[appkeys.STORAGE])
-    queue = InProcessJobQueue({RESOURCES: resources}, settings.job_concurrency)
+    queue = InProcessJobQueue({}, settings.job_concurrency)
+    queue.context[RESOURCES] = JobResources(
+        settings=settings, storage=app[appkeys.STORAGE], embedder=app[appkeys.EMBEDDER], jobs=queue
+    )
     app[appkeys.JOBS] = queue
     # Nothing else runs these jobs in the embedded shape: pick up what a stop interrupted.
     unfinished = LibraryFile.filter(
@@ -70,22 +81,26 @@ async def _jobs(app: web.Application) -> AsyncIterator[None]:
     )
     for file_id in await unfinished.values_list("id", flat=True):
         await queue.enqueue(process_file, file_id)
-    sweeper = asyncio.create_task(_sweep_abandoned(queue))
+    timers = [
+        asyncio.create_task(_every(queue, remove_abandoned_uploads, ABANDONED_SWEEP_SECONDS)),
+        asyncio.create_task(_every(queue, recover_stuck_files, RECOVERY_SWEEP_SECONDS)),
+    ]
     try:
         yield
     finally:
-        sweeper.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sweeper
+        for timer in timers:
+            timer.cancel()
+        await asyncio.gather(*timers, return_exceptions=True)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(queue.join()), SHUTDOWN_GRACE_SECONDS)
         await queue.close()
 
 
-async def _sweep_abandoned(queue: InProcessJobQueue) -> None:
+async def _every(queue: InProcessJobQueue, job: JobFunction, seconds: float) -> None:
+    """The in-process stand-in for an arq cron job."""
     while True:
-        await queue.enqueue(remove_abandoned_uploads)
-        await asyncio.sleep(SWEEP_INTERVAL_SECONDS)
+        await asyncio.sleep(seconds)
+        await queue.enqueue(job)
 
 
 async def _http_client(app: web.Application) -> AsyncIterator[None]:
@@ -111,7 +126,8 @@ def create_app(settings: Settings) -> web.Application:
     app[appkeys.API_KEYS] = ApiKeyCache(settings.api_key_cache_seconds)
     app[appkeys.METRICS_REGISTRY] = registry
     app[appkeys.METRICS] = metrics
-    app.cleanup_ctx.extend([_database, _storage, _jobs, _http_client])
+    app.cleanup_ctx.extend([_database, _storage, _embedder, _jobs, _http_client])
+    app[appkeys.VECTOR_INDEX] = VectorIndex()
     app.add_routes(library.routes)
     app.add_routes(storage.routes)
     app.add_routes(ops.routes)

@@ -9,9 +9,11 @@ from libflow.callers import ApiKeyCache
 from libflow.file_lookup import FileLookup
 from libflow.jobs import JobQueue
 from libflow.metrics import HttpMetrics
+from libflow.search import VectorIndex
 from libflow.storage import Storage
 from libflow.storage.local import LocalStorage
 from settings import Settings
+from workers.embeddings import Embedder
 
 SETTINGS = web.AppKey("settings", Settings)
 STORAGE = web.AppKey("storage", Storage)
@@ -22,4 +24,6 @@ API_KEYS = web.AppKey("api_keys", ApiKeyCache)
 METRICS = web.AppKey("metrics", HttpMetrics)
 METRICS_REGISTRY = web.AppKey("metrics_registry", CollectorRegistry)
 FILE_LOOKUP = web.AppKey("file_lookup", FileLookup)
+EMBEDDER = web.AppKey[Embedder | None]("embedder")
+VECTOR_INDEX = web.AppKey("vector_index", VectorIndex)
 HTTP_CLIENT = web.AppKey("http_client", ClientSession)

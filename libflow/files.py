@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-import re
 from datetime import datetime
 from typing import Any
 
@@ -26,24 +25,12 @@ from libflow.folders import find_folder
 from libflow.ids import iso, new_id, utcnow
 from libflow.jobs import JobQueue
 from libflow.models import LibraryFile, ProcessingStatus
+from libflow.search import remove_file_index
 from libflow.storage import Storage, StorageError
+from libflow.storage.keys import DOCUMENT_KEY, document_key
 from workers.files import process_file
 
 logger = logging.getLogger("libflow.files")
-
-STORAGE_ROOT = "libraryDocuments"
-THUMBNAIL_ROOT = "thumbnails"
-_PATH = re.compile(rf"{STORAGE_ROOT}/([A-Za-z0-9_-]+)/([A-Za-z0-9_-]+)\.([a-z]+)")
-
-
-def storage_key(project_id: str, file_id: str, file_type: str) -> str:
-    """``libraryDocuments/<projectId>/<documentId>.<ext>``, the spec's ``path``."""
-    return f"{STORAGE_ROOT}/{project_id}/{file_id}.{file_type}"
-
-
-def thumbnail_key(project_id: str, file_id: str) -> str:
-    """Where a file's WEBP thumbnail is stored."""
-    return f"{THUMBNAIL_ROOT}/{project_id}/{file_id}.webp"
 
 
 async def create_file_record(
@@ -61,7 +48,7 @@ async def create_file_record(
     file_type = normalize_file_type(file_type)
     folder = await find_folder(project_id, folder_id)
     file_id = new_id()
-    key = storage_key(project_id, file_id, file_type)
+    key = document_key(project_id, file_id, file_type)
     mime_type = MIME_TYPES[file_type]
     upload_url = await storage.upload_url(key, mime_type, url_ttl)
     file = await LibraryFile.create(
@@ -79,7 +66,7 @@ async def create_file_record(
 
 
 async def _file_at_path(project_id: str, path: str) -> LibraryFile:
-    match = _PATH.fullmatch(path)
+    match = DOCUMENT_KEY.fullmatch(path)
     if match is None:
         raise ValidationFailed(
             "path must be the value returned when the record was created",
@@ -221,6 +208,7 @@ async def thumbnail_url(
 async def delete_file(storage: Storage, lookup: FileLookup, project_id: str, file_id: str) -> None:
     """Remove the record first (the source of truth), then its bytes and thumbnail."""
     file = await get_file(lookup, project_id, file_id)
+    await remove_file_index(file.id, project_id)
     await file.delete()
     for key in (file.storage_key, file.thumbnail_key):
         if key is None:

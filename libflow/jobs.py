@@ -72,8 +72,8 @@ class ArqJobQueue:
 class InProcessJobQueue:
     """Jobs run as tasks on the server's loop, with arq's retry semantics."""
 
-    def __init__(self, ctx: JobContext, concurrency: int) -> None:
-        self._ctx = ctx
+    def __init__(self, context: JobContext, concurrency: int) -> None:
+        self.context = context
         self._slots = asyncio.Semaphore(concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -87,7 +87,7 @@ class InProcessJobQueue:
         for job_try in range(1, MAX_TRIES + 1):
             async with self._slots:
                 try:
-                    await job({**self._ctx, "job_try": job_try, "job_id": job_id}, *args)
+                    await job({**self.context, "job_try": job_try, "job_id": job_id}, *args)
                     return
                 except Retry as retry:
                     defer = (retry.defer_score or 0) / 1000

@@ -100,6 +100,8 @@ class LibraryFile(Model):
     # the pipeline, and a JSON map keeps that from needing a migration each time.
     steps: fields.Field[dict[str, str]] = fields.JSONField(default=dict)
     indexed = fields.BooleanField(default=False)
+    pages = fields.IntField(null=True)
+    chunks = fields.IntField(null=True)
     thumbnail_key = fields.CharField(max_length=255, null=True)
     created_at = fields.DatetimeField(auto_now_add=True)
     updated_at = fields.DatetimeField(auto_now=True)
@@ -110,3 +112,39 @@ class LibraryFile(Model):
     class Meta:
         table = "library_files"
         indexes = (("project_id", "created_at"), ("project_id", "folder_id", "created_at"))
+
+
+class Chunk(Model):
+    """A passage of a file's text, the unit of search: keyword-indexed and embedded."""
+
+    # An integer key: SQLite's FTS5 index refers to chunks by rowid.
+    id = fields.BigIntField(primary_key=True)
+    file: fields.ForeignKeyRelation[LibraryFile] = fields.ForeignKeyField(
+        "models.LibraryFile", related_name="chunk_rows", on_delete=fields.CASCADE
+    )
+    # Copied from the file so a search filters without a join.
+    project_id = fields.CharField(max_length=32)
+    folder_id = fields.CharField(max_length=32, null=True)
+    seq = fields.IntField()
+    page = fields.IntField(null=True)
+    text = fields.TextField()
+    # float32 little-endian, L2-normalized; tagged with the embedder that made it so
+    # a change of model re-embeds instead of mixing vector spaces.
+    embedding = fields.BinaryField(null=True)
+    embedder = fields.CharField(max_length=200, null=True)
+
+    file_id: str
+
+    class Meta:
+        table = "library_chunks"
+        indexes = (("project_id", "embedder"), ("file_id", "seq"))
+
+
+class SearchIndexVersion(Model):
+    """A counter per project, bumped with every index write: vector caches check it."""
+
+    project_id = fields.CharField(primary_key=True, max_length=32)
+    version = fields.BigIntField(default=0)
+
+    class Meta:
+        table = "search_index_versions"

@@ -57,6 +57,8 @@ FILE_DETAIL = {
                         "status": {"enum": ["pending", "processing", "done", "failed"]},
                         "error": _NULLABLE_STR,
                         "steps": {"type": "object", "additionalProperties": _STR},
+                        "pages": {"type": ["integer", "null"]},
+                        "chunks": {"type": ["integer", "null"]},
                     },
                 },
             },
@@ -73,6 +75,17 @@ UPLOAD = {
         "path": _STR,
         "createdDate": {"type": "string", "format": "date-time"},
         "dir": _STR,
+    },
+}
+SEARCH_HIT = {
+    "type": "object",
+    "required": ["fileId", "name", "chunk", "score", "page"],
+    "properties": {
+        "fileId": _STR,
+        "name": _STR,
+        "chunk": _STR,
+        "score": {"type": "number"},
+        "page": {"type": ["integer", "null"]},
     },
 }
 
@@ -203,6 +216,26 @@ def _operations() -> dict[str, dict[str, Any]]:
                 "responses": {"302": _REDIRECT, **_errors(*_AUTH_ERRORS, 404)},
             },
         },
+        f"{LIB}/search": {
+            "get": {
+                "summary": "Hybrid keyword and semantic search over the project's documents",
+                "parameters": [
+                    *project,
+                    {"name": "q", "in": "query", "required": True, "schema": _STR},
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 100},
+                    },
+                    {"name": "dir", "in": "query", "required": False, "schema": _STR},
+                ],
+                "responses": {
+                    "200": _json({"type": "array", "items": _ref("SearchHit")}, "best first"),
+                    **_errors(400, *_AUTH_ERRORS, 404),
+                },
+            },
+        },
         "/storage/{key}": {
             "put": {
                 "summary": "Upload bytes to a signed storageLink (local storage backend)",
@@ -277,6 +310,7 @@ def openapi_document(server_url: str) -> dict[str, Any]:
         "LibraryFile": FILE,
         "LibraryFileDetail": FILE_DETAIL,
         "UploadCreated": UPLOAD,
+        "SearchHit": SEARCH_HIT,
     }
     for model in (CreateFolderBody, CreateFileBody, FinalizeBody):
         schemas[model.__name__] = model.model_json_schema(

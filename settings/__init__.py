@@ -34,7 +34,11 @@ class Settings(BaseModel):
     public_base_url: str | None = None
     secret_key: str | None = None
     max_upload_bytes: int = Field(default=512 * MiB, gt=0)
-    embedder: str = "local"
+    embedder: Literal["local", "openai", "none"] = "local"
+    embedding_model: str | None = None
+    embedding_batch_size: int = Field(default=32, gt=0)
+    openai_base_url: str | None = None
+    openai_api_key: str | None = Field(default=None, repr=False)
     http_allow_private: bool = False
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)

@@ -27,6 +27,14 @@ from tests.private_redis import PrivateRedis
 from tests.s3server import s3_endpoint  # noqa: F401  (a fixture)
 from workers.settings import worker_settings
 
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def fixture_bytes(name: str) -> bytes:
+    """The bytes of a committed test fixture (see tests/fixtures/README.md)."""
+    return (FIXTURES / name).read_bytes()
+
+
 POSTGRES_URL = os.environ.get(
     "LIBFLOW_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test"
 )

@@ -53,11 +53,11 @@ async def test_uploads_never_finalized_are_removed_after_a_day(api: Api) -> None
 
     queue = api.client.app[appkeys.JOBS] if api.client.app else None
     assert isinstance(queue, InProcessJobQueue)
-    removed = await remove_abandoned_uploads(queue._ctx)  # the job as the sweeper runs it
+    removed = await remove_abandoned_uploads(queue.context)  # the job as the sweeper runs it
     assert removed == 1
     assert await LibraryFile.get_or_none(id=stale["documentId"]) is None
     assert await LibraryFile.get_or_none(id=fresh["documentId"]) is not None
-    storage = queue._ctx[RESOURCES].storage
+    storage = queue.context[RESOURCES].storage
     assert await storage.head(stale["path"]) is None
 
 

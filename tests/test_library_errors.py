@@ -6,7 +6,6 @@ import asyncio
 import hashlib
 import io
 import json
-import os
 from typing import Any
 
 import pytest
@@ -19,13 +18,14 @@ from tests.conftest import (
     ClientFactory,
     Shape,
     create_record,
+    fixture_bytes,
     new_project,
     put_bytes,
     wait_until_processed,
 )
 from tests.library_helpers import assert_error, detail_fields, link
 
-PDF = b"%PDF-1.7\n" + os.urandom(2000)
+PDF = fixture_bytes("pages.pdf")  # a real pdf: processing reads it
 
 
 @pytest.fixture

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import hashlib
-import os
 
 from yarl import URL
 
-from tests.conftest import Api, wait_until_processed
+from tests.conftest import Api, fixture_bytes, wait_until_processed
 
 
 async def test_create_put_finalize_list_download(shaped_api: Api) -> None:
     api = shaped_api
-    data = os.urandom(300_000)
+    data = fixture_bytes("report.pdf")
     record = await api.upload(data, name="Quarterly report.pdf")
     assert record["updating"] is True
     assert record["size"] == len(data)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
-import os
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,10 +13,10 @@ import pytest
 from PIL import Image
 
 from libflow import appkeys
-from libflow.files import thumbnail_key
 from libflow.models import LibraryFile, Project
 from libflow.projects import create_api_key
-from tests.conftest import Api, create_record, new_project, wait_until_processed
+from libflow.storage.keys import thumbnail_key
+from tests.conftest import Api, create_record, fixture_bytes, new_project, wait_until_processed
 from tests.library_helpers import assert_error, detail_fields, link
 
 LIST_FIELDS = {
@@ -43,7 +42,7 @@ DETAIL_FIELDS = LIST_FIELDS | {
 ISO_Z = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")
 URL_SAFE_ID = re.compile(r"[A-Za-z0-9_-]{16,}")
 NEXT_LINK = re.compile(r'<([^>]+)>;\s*rel="next"')
-PDF = b"%PDF-1.7\n" + os.urandom(1500)
+PDF = fixture_bytes("pages.pdf")  # a real pdf: processing reads it
 
 
 @pytest.fixture
@@ -438,7 +437,9 @@ async def store_thumbnail(api: Api, file_id: str) -> bytes:
 
 
 async def test_thumbnail_once_stored_is_302_to_an_inline_webp(api: Api) -> None:
-    record = await api.upload(os.urandom(100), name="Holiday photo.png", file_type="png")
+    record = await api.upload(
+        fixture_bytes("thumb_small.png"), name="Holiday photo.png", file_type="png"
+    )
     await wait_until_processed(api, record["id"])
     data = await store_thumbnail(api, record["id"])
     assert (await get_json(api, f"/files/{record['id']}"))["thumbnail"] is True
@@ -503,7 +504,7 @@ async def test_download_url_from_before_delete_is_404_not_found(api: Api) -> Non
 
 
 async def test_delete_removes_the_thumbnail(api: Api) -> None:
-    record = await api.upload(os.urandom(100), name="photo.png", file_type="png")
+    record = await api.upload(fixture_bytes("thumb_small.png"), name="photo.png", file_type="png")
     await wait_until_processed(api, record["id"])
     await store_thumbnail(api, record["id"])
     location = await download_location(api, record["id"], "thumbnail")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncIterator
 from email.message import Message
@@ -23,13 +22,14 @@ from tests.conftest import (
     Shape,
     base_settings,
     create_record,
+    fixture_bytes,
     new_project,
     put_bytes,
     wait_until_processed,
 )
 from tests.library_helpers import assert_error, eventually, link, raw_http
 
-PDF = b"%PDF-1.7\n" + os.urandom(4000)
+PDF = fixture_bytes("pages.pdf")  # a real pdf: processing reads it
 
 
 def local_storage(api: Api) -> LocalStorage:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from libflow.jobs import JobQueue
 from libflow.storage import Storage
 from settings import Settings
+from workers.embeddings import Embedder
 
 RESOURCES = "libflow"
 
@@ -17,6 +19,8 @@ class JobResources:
 
     settings: Settings
     storage: Storage
+    embedder: Embedder | None
+    jobs: JobQueue
 
 
 def job_resources(ctx: dict[str, Any]) -> JobResources:

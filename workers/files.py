@@ -1,58 +1,138 @@
-"""Jobs of the file library: process a finalized upload, sweep abandoned records."""
+"""Jobs of the file library: process a finalized upload, recover stuck ones, sweep abandoned."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+import tempfile
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from arq.worker import Retry
 
+from libflow.filetypes import DOCUMENT_TYPES
 from libflow.ids import iso, utcnow
 from libflow.models import LibraryFile, ProcessingStatus
-from libflow.storage import StorageError
+from libflow.search import remove_file_index, write_file_index
+from libflow.storage import Storage, StorageError
+from libflow.storage.keys import thumbnail_key
 from workers.context import job_resources
+from workers.embeddings import EmbeddingError
+from workers.extract import ExtractionError
+from workers.processing import prepare_file
+from workers.thumbnails import ThumbnailError
 
 logger = logging.getLogger("libflow.workers.files")
 
 ABANDONED_AFTER = timedelta(hours=24)
+# Longer than a job may run (PROCESS_FILE_TIMEOUT): a file still "processing" after this
+# lost its worker.
+STUCK_AFTER = timedelta(minutes=20)
+PROCESS_FILE_TIMEOUT = 15 * 60
+MAX_ATTEMPTS = 3
 _RETRY_TRIES = 4
 
 
+class _Failed(Exception):
+    """Processing ends as failed with this user-facing message."""
+
+
+async def _save(file: LibraryFile, *fields: str, **steps: bool) -> None:
+    """Record progress: the given fields plus a timestamp for each named step."""
+    if steps:
+        now = iso(utcnow()) or ""
+        file.steps = {**file.steps, **dict.fromkeys(steps, now)}
+        fields = (*fields, "steps")
+    await file.save(update_fields=[*fields, "updated_at"])
+
+
+async def _download(storage: Storage, key: str, target: Path) -> tuple[str, int]:
+    """Stream the object to a local file; its sha256 and size."""
+    digest = hashlib.sha256()
+    size = 0
+    out = await asyncio.to_thread(target.open, "wb")
+    try:
+        async for chunk in storage.read(key):
+            digest.update(chunk)
+            size += len(chunk)
+            await asyncio.to_thread(out.write, chunk)
+    finally:
+        out.close()
+    return digest.hexdigest(), size
+
+
 async def process_file(ctx: dict[str, Any], file_id: str) -> None:
-    """Read the stored object, record its sha256, and mark the file processed."""
+    """Download, extract, chunk, embed, index and thumbnail one finalized file."""
     resources = job_resources(ctx)
     file = await LibraryFile.get_or_none(id=file_id)
     if file is None or file.finalized_at is None or file.status == ProcessingStatus.DONE:
         return  # deleted, never finalized, or already processed: nothing to do
     file.status = ProcessingStatus.PROCESSING
     file.attempts += 1
-    file.steps = {**file.steps, "started": iso(utcnow()) or ""}
-    await file.save(update_fields=["status", "attempts", "steps", "updated_at"])
+    await _save(file, "status", "attempts", started=True)
     try:
-        sha256 = hashlib.sha256()
-        size = 0
-        async for chunk in resources.storage.read(file.storage_key):
-            sha256.update(chunk)
-            size += len(chunk)
-    except FileNotFoundError:
-        await _finish(file, error="the stored object is gone")
+        await _run_pipeline(file, resources.storage, resources.embedder)
+    except _Failed as err:
+        await _finish(file, error=str(err))
         return
-    except StorageError as err:
+    except (StorageError, EmbeddingError) as err:
+        transient = getattr(err, "transient", True)
         job_try = int(ctx.get("job_try", 1))
-        if job_try < _RETRY_TRIES:
-            logger.warning("file %s: storage error, retrying: %s", file_id, err)
+        if transient and job_try < _RETRY_TRIES:
+            logger.warning("file %s: transient error, retrying: %s", file_id, err)
+            file.status = ProcessingStatus.PENDING
+            await _save(file, "status")
             raise Retry(defer=job_try * 5) from err
-        await _finish(file, error=f"could not read the stored object: {err}")
+        await _finish(file, error=f"processing failed: {err}")
         return
     except Exception as err:
         logger.exception("file %s: processing failed", file_id)
-        await _finish(file, error=f"processing failed: {type(err).__name__}")
+        await _finish(file, error=f"processing failed unexpectedly ({type(err).__name__})")
         return
-    file.sha256 = sha256.hexdigest()
-    file.size = size
     await _finish(file, error=None)
+
+
+async def _run_pipeline(file: LibraryFile, storage: Storage, embedder: Any) -> None:
+    searchable = not file.prevent_search and file.file_type in DOCUMENT_TYPES
+    with tempfile.TemporaryDirectory(prefix="libflow-") as tmp:
+        local = Path(tmp) / f"object.{file.file_type}"
+        try:
+            file.sha256, file.size = await _download(storage, file.storage_key, local)
+        except FileNotFoundError as err:
+            raise _Failed("the stored object is gone") from err
+        await _save(file, "sha256", "size", downloaded=True)
+        try:
+            prepared = await asyncio.to_thread(
+                prepare_file, local, file.file_type, extract=searchable
+            )
+        except (ExtractionError, ThumbnailError) as err:
+            raise _Failed(str(err)) from err
+    file.pages = prepared.pages
+    file.chunks = len(prepared.chunks) if searchable else None
+    await _save(file, "pages", "chunks", extracted=True)
+
+    if searchable:
+        vectors = None
+        if embedder is not None and prepared.chunks:
+            vectors = await embedder.embed([chunk.text for chunk in prepared.chunks])
+            await _save(file, embedded=True)
+        await write_file_index(
+            file, prepared.chunks, vectors, embedder.name if embedder is not None else None
+        )
+        file.indexed = True
+        await _save(file, "indexed", indexed=True)
+    elif file.indexed:
+        await remove_file_index(file.id, file.project_id)
+        file.indexed = False
+        await _save(file, "indexed")
+
+    if prepared.thumbnail is not None:
+        key = thumbnail_key(file.project_id, file.id)
+        await storage.write(key, prepared.thumbnail, "image/webp")
+        file.thumbnail_key = key
+        await _save(file, "thumbnail_key", thumbnailed=True)
 
 
 async def _finish(file: LibraryFile, *, error: str | None) -> None:
@@ -60,10 +140,33 @@ async def _finish(file: LibraryFile, *, error: str | None) -> None:
     file.status = ProcessingStatus.FAILED if error else ProcessingStatus.DONE
     file.error = error
     file.updating = False
-    file.steps = {**file.steps, "finished": iso(utcnow()) or ""}
-    await file.save(
-        update_fields=["status", "error", "updating", "steps", "sha256", "size", "updated_at"]
+    await _save(file, "status", "error", "updating", finished=True)
+
+
+async def recover_stuck_files(ctx: dict[str, Any], stuck_after: float | None = None) -> int:
+    """Re-queue files whose processing was interrupted (a worker died); fail them after N tries."""
+    resources = job_resources(ctx)
+    cutoff = utcnow() - (timedelta(seconds=stuck_after) if stuck_after else STUCK_AFTER)
+    stuck = await LibraryFile.filter(
+        finalized_at__isnull=False,
+        status__in=[ProcessingStatus.PROCESSING, ProcessingStatus.PENDING],
+        updated_at__lt=cutoff,
     )
+    for file in stuck:
+        if file.attempts >= MAX_ATTEMPTS:
+            await _finish(
+                file, error=f"processing was interrupted {file.attempts} times; giving up"
+            )
+            continue
+        file.status = ProcessingStatus.PENDING
+        await _save(file, "status", requeued=True)
+        # A fresh job id: arq keeps finished jobs' ids and would skip a reused one.
+        await resources.jobs.enqueue(
+            process_file, file.id, job_id=f"process_file:{file.id}:recover:{file.steps['requeued']}"
+        )
+    if stuck:
+        logger.info("re-queued or failed %d stuck files", len(stuck))
+    return len(stuck)
 
 
 async def remove_abandoned_uploads(ctx: dict[str, Any]) -> int:

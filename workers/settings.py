@@ -7,17 +7,24 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from arq.cron import CronJob, cron
+from arq.worker import func
 
 from libflow.db import open_database
-from libflow.jobs import MAX_TRIES, deserialize_job, redis_settings, serialize_job
+from libflow.jobs import MAX_TRIES, ArqJobQueue, deserialize_job, redis_settings, serialize_job
 from libflow.storage.factory import open_storage
 from settings import Settings, settings_from_env
 from workers.context import RESOURCES, JobResources
-from workers.files import process_file, remove_abandoned_uploads
+from workers.embeddings import open_embedder
+from workers.files import (
+    PROCESS_FILE_TIMEOUT,
+    process_file,
+    recover_stuck_files,
+    remove_abandoned_uploads,
+)
 
 logger = logging.getLogger("libflow.worker")
 
-FUNCTIONS = [process_file]
+FUNCTIONS = [func(process_file, timeout=PROCESS_FILE_TIMEOUT)]
 _EXIT_STACK = "exit_stack"
 
 
@@ -29,7 +36,10 @@ async def startup(ctx: dict[str, Any]) -> None:
     ctx[_EXIT_STACK] = stack
     await stack.enter_async_context(open_database(settings.resolved_database_url))
     storage = await stack.enter_async_context(open_storage(settings))
-    ctx[RESOURCES] = JobResources(settings=settings, storage=storage)
+    embedder = await stack.enter_async_context(open_embedder(settings))
+    ctx[RESOURCES] = JobResources(
+        settings=settings, storage=storage, embedder=embedder, jobs=ArqJobQueue(ctx["redis"])
+    )
     logger.info("worker ready")
 
 
@@ -56,4 +66,7 @@ def worker_settings(settings: Settings) -> dict[str, Any]:
     }
 
 
-CRON_JOBS: list[CronJob] = [cron(remove_abandoned_uploads, minute=17, run_at_startup=False)]
+CRON_JOBS: list[CronJob] = [
+    cron(remove_abandoned_uploads, minute=17),
+    cron(recover_stuck_files),  # every minute; arq runs each tick once across workers
+]

@@ -6,7 +6,7 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
-from libflow import appkeys, files, folders
+from libflow import appkeys, files, folders, search
 from libflow.api.bodies import CreateFileBody, CreateFolderBody, FinalizeBody, parse_body
 from libflow.api.render import file_detail_json, file_json, folder_json
 from libflow.auth import CALLER
@@ -16,6 +16,7 @@ from libflow.ids import iso
 routes = web.RouteTableDef()
 PREFIX = "/api/publicv1/projects/{projectId}/library"
 MAX_PAGE = 1000
+MAX_SEARCH_RESULTS = 100
 
 
 def _project(request: web.Request) -> str:
@@ -81,18 +82,18 @@ async def finalize_upload(request: web.Request) -> web.Response:
     return web.json_response(file_detail_json(file))
 
 
-def _page_limit(request: web.Request) -> int:
+def _limit(request: web.Request, *, default: int, maximum: int) -> int:
     raw = request.query.get("limit")
     if raw is None:
-        return MAX_PAGE
+        return default
     try:
         limit = int(raw)
     except ValueError:
         limit = 0
-    if not 1 <= limit <= MAX_PAGE:
+    if not 1 <= limit <= maximum:
         raise ValidationFailed(
-            f"limit must be an integer from 1 to {MAX_PAGE}",
-            details=[{"field": "limit", "problem": f"not an integer in 1..{MAX_PAGE}"}],
+            f"limit must be an integer from 1 to {maximum}",
+            details=[{"field": "limit", "problem": f"not an integer in 1..{maximum}"}],
         )
     return limit
 
@@ -100,7 +101,7 @@ def _page_limit(request: web.Request) -> int:
 @routes.get(f"{PREFIX}/files")
 async def list_files(request: web.Request) -> web.Response:
     """List files newest first; a Link header points at the next page."""
-    limit = _page_limit(request)
+    limit = _limit(request, default=MAX_PAGE, maximum=MAX_PAGE)
     folder_id = request.query.get("dir") or None
     page, next_cursor = await files.list_files(
         _project(request), folder_id=folder_id, limit=limit, cursor=request.query.get("cursor")
@@ -160,3 +161,39 @@ async def download_thumbnail(request: web.Request) -> web.Response:
         request.app[appkeys.SETTINGS].download_url_ttl_seconds,
     )
     return web.Response(status=302, headers={"Location": url, "Cache-Control": "no-store"})
+
+
+@routes.get(f"{PREFIX}/search")
+async def search_library(request: web.Request) -> web.Response:
+    """Hybrid keyword and semantic search over the project's documents."""
+    query = request.query.get("q", "").strip()
+    if not query:
+        raise ValidationFailed(
+            "q is required: the text to search for",
+            details=[{"field": "q", "problem": "missing or empty"}],
+        )
+    limit = _limit(request, default=10, maximum=MAX_SEARCH_RESULTS)
+    project_id = _project(request)
+    folder = request.query.get("dir") or None
+    if folder is not None:
+        await folders.find_folder(project_id, folder)
+    hits = await search.search(
+        project_id,
+        query,
+        limit=limit,
+        folder=folder,
+        embedder=request.app[appkeys.EMBEDDER],
+        vectors=request.app[appkeys.VECTOR_INDEX],
+    )
+    return web.json_response(
+        [
+            {
+                "fileId": hit.file_id,
+                "name": hit.name,
+                "chunk": hit.chunk,
+                "score": hit.score,
+                "page": hit.page,
+            }
+            for hit in hits
+        ]
+    )

@@ -1,0 +1,130 @@
+"""workers.chunking: size bound, overlap, whole words, pages and order."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+from workers.chunking import Chunk, chunk_segments, count_tokens
+from workers.extract import Segment, extract_text
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def hundred_pages() -> list[Segment]:
+    """The 100-page reportlab pdf's segments: about 480 tokens of prose a page."""
+    return extract_text(FIXTURES / "hundred_pages.pdf", "pdf").segments
+
+
+@pytest.fixture(scope="module")
+def small_chunks(hundred_pages: list[Segment]) -> list[Chunk]:
+    """The 100 pages cut into chunks of 120 tokens with 20 of overlap: several per page."""
+    return chunk_segments(hundred_pages, max_tokens=120, overlap_tokens=20)
+
+
+def shared_words(before: Chunk, after: Chunk) -> list[str]:
+    """The longest run of words that ends ``before`` and starts ``after``."""
+    left, right = before.text.split(), after.text.split()
+    for size in range(min(len(left), len(right)), 0, -1):
+        if left[-size:] == right[:size]:
+            return right[:size]
+    return []
+
+
+def test_no_segments_give_no_chunks() -> None:
+    assert chunk_segments([]) == []
+
+
+def test_blank_segments_are_skipped() -> None:
+    assert chunk_segments([Segment("", 1), Segment(" \n\t ", 2)]) == []
+
+
+def test_short_segment_is_one_chunk_with_whitespace_collapsed() -> None:
+    segment = Segment("  The zephyr\r\n quokka\t\talignment.  ", 4)
+    assert chunk_segments([segment]) == [Chunk("The zephyr quokka alignment.", 4, 0)]
+
+
+def test_chunks_stay_within_the_token_budget(small_chunks: list[Chunk]) -> None:
+    assert max(count_tokens(c.text) for c in small_chunks) <= 120
+
+
+def test_default_chunks_hold_a_whole_page_of_about_500_tokens(
+    hundred_pages: list[Segment],
+) -> None:
+    chunks = chunk_segments(hundred_pages)
+    assert [c.page for c in chunks] == list(range(1, 101))
+    assert all(400 < count_tokens(c.text) <= 500 for c in chunks)
+
+
+def test_consecutive_chunks_of_a_page_overlap(small_chunks: list[Chunk]) -> None:
+    pairs = [(a, b) for a, b in pairwise(small_chunks) if a.page == b.page]
+    assert pairs
+    for before, after in pairs:
+        overlap = shared_words(before, after)
+        assert overlap, (before.text, after.text)
+        assert count_tokens(" ".join(overlap)) <= 20
+
+
+def test_chunks_split_only_between_words(
+    hundred_pages: list[Segment], small_chunks: list[Chunk]
+) -> None:
+    words = {word for segment in hundred_pages for word in segment.text.split()}
+    assert all(word in words for chunk in small_chunks for word in chunk.text.split())
+
+
+def test_chunks_keep_their_page_and_never_cross_pages(
+    hundred_pages: list[Segment], small_chunks: list[Chunk]
+) -> None:
+    by_page = {s.page: " ".join(s.text.split()) for s in hundred_pages}
+    assert all(chunk.text in by_page[chunk.page] for chunk in small_chunks)
+    assert next(c for c in small_chunks if "emerald squid parliament" in c.text).page == 73
+
+
+def test_seq_counts_chunks_across_the_file_in_order(small_chunks: list[Chunk]) -> None:
+    assert [c.seq for c in small_chunks] == list(range(len(small_chunks)))
+    assert [c.page for c in small_chunks] == sorted(c.page or 0 for c in small_chunks)
+
+
+def test_a_chunk_prefers_to_end_at_a_sentence() -> None:
+    sentences = " ".join(f"Sentence number {n} says little." for n in range(40))
+    chunks = chunk_segments([Segment(sentences, None)], max_tokens=50, overlap_tokens=5)
+    assert len(chunks) > 3
+    assert all(chunk.text.endswith("little.") for chunk in chunks)
+
+
+def test_overlong_word_is_cut_into_pieces_within_budget() -> None:
+    blob = "a1b2c3" * 100  # 100 estimated tokens with no space to break at
+    chunks = chunk_segments([Segment(f"before {blob} after", 2)], max_tokens=30, overlap_tokens=0)
+    assert max(count_tokens(c.text) for c in chunks) <= 30
+    assert "".join(c.text for c in chunks).replace(" ", "") == f"before{blob}after"
+    assert all(" " not in c.text for c in chunks[1:-1])
+
+
+def test_ligatures_are_normalized() -> None:
+    assert chunk_segments(
+        [Segment("\ufb01nance of\u00a0the \uff46\uff55\uff4c\uff4c width", None)]
+    )[0].text == ("finance of the full width")
+
+
+def test_token_estimate_counts_word_pieces() -> None:
+    assert count_tokens("track,") == 2
+    assert count_tokens("alignment") == 2
+    assert count_tokens("日本語") == 3
+    assert count_tokens("The zephyr quokka alignment is on track.") == 9
+
+
+def test_chunking_is_deterministic(hundred_pages: list[Segment]) -> None:
+    assert chunk_segments(hundred_pages, max_tokens=90) == chunk_segments(
+        hundred_pages, max_tokens=90
+    )
+
+
+@pytest.mark.parametrize(("max_tokens", "overlap_tokens"), [(0, 0), (50, 50), (50, -1)])
+def test_bad_budgets_are_refused(max_tokens: int, overlap_tokens: int) -> None:
+    with pytest.raises(ValueError, match="max_tokens"):
+        chunk_segments(
+            [Segment("text", None)], max_tokens=max_tokens, overlap_tokens=overlap_tokens
+        )

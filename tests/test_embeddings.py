@@ -1,0 +1,281 @@
+"""Embedders: the local model offline, the OpenAI wire format, the choice from settings."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from aiohttp.test_utils import unused_port
+
+from settings import Settings, SettingsError
+from tests import openai_server as fake_openai_api
+from tests.openai_server import DIMENSIONS, OpenAIServer, hashed_embedding
+from workers.embeddings import (
+    EmbeddingError,
+    LocalEmbedder,
+    OpenAIEmbedder,
+    Vectors,
+    open_embedder,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+# The fixture, bound by assignment: an imported name that parameters shadow trips ruff's F811.
+openai_server = fake_openai_api.openai_server
+
+# Run in a fresh process, so the model really loads here, with every socket refused.
+OFFLINE_LOAD = """
+import asyncio, json, os, sys
+
+def no_network(event, args):
+    if event in ("socket.connect", "socket.getaddrinfo"):
+        raise OSError(f"network used while loading the model: {event} {args}")
+
+sys.addaudithook(no_network)
+from workers.embeddings import LocalEmbedder
+
+async def main():
+    embedder = await LocalEmbedder.open()
+    vectors = await embedder.embed(["first text", "second text", "third text"])
+    print(json.dumps({
+        "name": embedder.name,
+        "shape": list(vectors.shape),
+        "dtype": str(vectors.dtype),
+        "norms": [float(n) for n in (vectors ** 2).sum(axis=1)],
+        "offlineVariables": [k for k in os.environ if k.endswith("_OFFLINE")],
+    }))
+
+asyncio.run(main())
+"""
+
+
+def unit_rows(vectors: Vectors) -> bool:
+    """Whether every row has length 1."""
+    return bool(np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5))
+
+
+def expected_hashed(texts: list[str]) -> Vectors:
+    """What the fake server's vectors become once normalized."""
+    rows = np.asarray([hashed_embedding(t) for t in texts], dtype=np.float32)
+    normalized: Vectors = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    return normalized
+
+
+async def fake_openai(server: OpenAIServer, batch_size: int = 96) -> OpenAIEmbedder:
+    """An embedder for the fake server's hashed-words model."""
+    return await OpenAIEmbedder.open(
+        server.base_url, server.api_key, "hashed-words", batch_size=batch_size
+    )
+
+
+# --- local ------------------------------------------------------------------------------------
+
+
+def test_local_embedder_loads_offline_and_gives_unit_float32_rows() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", OFFLINE_LOAD],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["name"] == "local:all-MiniLM-L6-v2"
+    assert report["shape"] == [3, 384]
+    assert report["dtype"] == "float32"
+    assert np.allclose(report["norms"], 1.0, atol=1e-5)
+    # Offline without setting HF_HUB_OFFLINE and friends for the whole process.
+    assert report["offlineVariables"] == []
+    assert "Loading weights" not in result.stderr
+
+
+async def test_the_model_is_loaded_once_per_process() -> None:
+    first, second = await asyncio.gather(LocalEmbedder.open(), LocalEmbedder.open())
+    third = await LocalEmbedder.open("sentence-transformers/all-MiniLM-L6-v2")
+    assert first.model is second.model is third.model
+    assert first.name == third.name == "local:all-MiniLM-L6-v2"
+
+
+async def test_a_paraphrase_is_closer_than_an_unrelated_sentence() -> None:
+    embedder = await LocalEmbedder.open()
+    query, paraphrase, unrelated = await embedder.embed(
+        [
+            "How can I reset a forgotten password?",
+            "Locked out: lost login credentials, need new ones",
+            "The orchestra tuned before the symphony began.",
+        ]
+    )
+    # No word in common with the query. Rows are unit length: the dot product is the cosine.
+    assert float(query @ paraphrase) > float(query @ unrelated) + 0.2
+
+
+async def test_more_texts_than_a_batch_come_back_in_order() -> None:
+    embedder = await LocalEmbedder.open(batch_size=4)
+    texts = [f"passage number {i} about topic {i % 3}" for i in range(10)]
+    together = await embedder.embed(texts)
+    one_by_one = np.concatenate([await embedder.embed([t]) for t in texts])
+    assert together.shape == (10, 384)
+    assert np.allclose(together, one_by_one, atol=1e-5)
+
+
+async def test_no_texts_give_an_empty_matrix_of_the_right_width() -> None:
+    embedder = await LocalEmbedder.open()
+    vectors = await embedder.embed([])
+    assert vectors.shape == (0, 384)
+    assert vectors.dtype == np.float32
+
+
+async def test_a_model_that_cannot_be_found_offline_is_a_settings_error(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="LIBFLOW_EMBEDDING_MODEL"):
+        await LocalEmbedder.open(str(tmp_path / "missing-model"))
+
+
+# --- openai -----------------------------------------------------------------------------------
+
+
+async def test_openai_embedder_sends_batches_and_normalizes(openai_server: OpenAIServer) -> None:
+    texts = [f"chunk {i} of the annual report" for i in range(7)]
+    async with await fake_openai(openai_server, batch_size=3) as embedder:
+        probes = len(openai_server.requests)
+        vectors = await embedder.embed(texts)
+    assert [len(batch) for batch in openai_server.inputs[probes:]] == [3, 3, 1]
+    assert vectors.shape == (7, DIMENSIONS)
+    assert vectors.dtype == np.float32
+    assert np.allclose(vectors, expected_hashed(texts), atol=1e-6)
+    assert unit_rows(vectors)
+
+
+async def test_openai_rows_are_put_in_input_order_by_index(openai_server: OpenAIServer) -> None:
+    openai_server.reverse_order = True
+    texts = ["apples and pears", "trains and buses", "violins and cellos"]
+    async with await fake_openai(openai_server) as embedder:
+        vectors = await embedder.embed(texts)
+    assert np.allclose(vectors, expected_hashed(texts), atol=1e-6)
+
+
+async def test_openai_dimension_is_asked_of_the_api_for_unknown_models(
+    openai_server: OpenAIServer,
+) -> None:
+    async with await fake_openai(openai_server) as embedder:
+        assert embedder.dimensions == DIMENSIONS
+        assert embedder.name == "openai:hashed-words"
+    assert len(openai_server.requests) == 1
+
+
+async def test_openai_requests_carry_the_bearer_key(openai_server: OpenAIServer) -> None:
+    async with await fake_openai(openai_server) as embedder:
+        await embedder.embed(["hello"])
+    assert {r.headers["Authorization"] for r in openai_server.requests} == {
+        f"Bearer {openai_server.api_key}"
+    }
+    assert openai_server.requests[-1].body == {"model": "hashed-words", "input": ["hello"]}
+
+
+async def test_a_wrong_key_is_a_lasting_error(openai_server: OpenAIServer) -> None:
+    with pytest.raises(EmbeddingError, match="HTTP 401: Incorrect API key") as caught:
+        await OpenAIEmbedder.open(openai_server.base_url, "sk-wrong", "hashed-words")
+    assert caught.value.transient is False
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+async def test_rate_limits_and_server_errors_are_transient(
+    openai_server: OpenAIServer, status: int
+) -> None:
+    async with await fake_openai(openai_server) as embedder:
+        openai_server.fail_next(status, 1)
+        with pytest.raises(EmbeddingError, match=f"HTTP {status}") as caught:
+            await embedder.embed(["retry me"])
+        assert caught.value.transient is True
+        assert caught.value.retry_after == (1.0 if status == 429 else None)
+        # The failure was the server's: the next try succeeds.
+        assert (await embedder.embed(["retry me"])).shape == (1, DIMENSIONS)
+
+
+async def test_a_bad_request_is_not_transient(openai_server: OpenAIServer) -> None:
+    async with await fake_openai(openai_server) as embedder:
+        # OpenAI refuses empty strings with a 400.
+        with pytest.raises(EmbeddingError, match=r"HTTP 400: '\$.input' is invalid") as caught:
+            await embedder.embed(["fine", ""])
+    assert caught.value.transient is False
+
+
+async def test_an_unreachable_api_is_transient() -> None:
+    url = f"http://127.0.0.1:{unused_port()}/v1"
+    async with OpenAIEmbedder(url, "sk-x", dimensions=8) as embedder:
+        with pytest.raises(EmbeddingError, match="unreachable") as caught:
+            await embedder.embed(["anyone there?"])
+    assert caught.value.transient is True
+
+
+async def test_openai_no_texts_send_no_request(openai_server: OpenAIServer) -> None:
+    async with await fake_openai(openai_server) as embedder:
+        sent = len(openai_server.requests)
+        vectors = await embedder.embed([])
+    assert vectors.shape == (0, DIMENSIONS)
+    assert len(openai_server.requests) == sent
+
+
+# --- choosing from settings -------------------------------------------------------------------
+
+
+async def test_embedder_none_means_keyword_only(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, "libflow.embeddings"):
+        async with open_embedder(Settings(embedder="none")) as embedder:
+            assert embedder is None
+    assert "keyword-only" in caplog.text
+
+
+async def test_embedder_openai_without_url_is_a_settings_error() -> None:
+    with pytest.raises(SettingsError, match="LIBFLOW_OPENAI_BASE_URL"):
+        async with open_embedder(Settings(embedder="openai", openai_api_key="sk-x")):
+            pass
+
+
+async def test_embedder_openai_uses_the_configured_api(openai_server: OpenAIServer) -> None:
+    settings = Settings(
+        embedder="openai",
+        openai_base_url=openai_server.base_url,
+        openai_api_key=openai_server.api_key,
+        embedding_model="hashed-words",
+        embedding_batch_size=2,
+    )
+    async with open_embedder(settings) as embedder:
+        assert embedder is not None
+        vectors = await embedder.embed(["a b", "c d", "e f"])
+    assert embedder.name == "openai:hashed-words"
+    assert vectors.shape == (3, DIMENSIONS)
+    assert [len(batch) for batch in openai_server.inputs[1:]] == [2, 1]
+
+
+async def test_embedder_local_is_the_default() -> None:
+    async with open_embedder(Settings()) as embedder:
+        assert isinstance(embedder, LocalEmbedder)
+        assert (embedder.name, embedder.dimensions) == ("local:all-MiniLM-L6-v2", 384)
+
+
+async def test_without_the_semantic_extra_search_is_keyword_only(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    # As if sentence-transformers were not installed (None in sys.modules blocks the import);
+    # a model not loaded yet, so the import is attempted.
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)
+    settings = Settings(embedding_model=str(tmp_path))
+    with caplog.at_level(logging.WARNING, "libflow.embeddings"):
+        async with open_embedder(settings) as embedder:
+            assert embedder is None
+    assert "keyword-only" in caplog.text
+    assert "pip install -e '.[semantic]'" in caplog.text
+
+
+def test_openai_api_key_stays_out_of_the_settings_repr() -> None:
+    assert "sk-secret" not in repr(Settings(openai_api_key="sk-secret"))

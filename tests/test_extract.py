@@ -1,0 +1,224 @@
+"""workers.extract on real files from LibreOffice, reportlab and zipfile (tests/fixtures)."""
+
+from __future__ import annotations
+
+import codecs
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from workers.extract import (
+    MAX_TEXT_BYTES,
+    Extraction,
+    ExtractionError,
+    Segment,
+    decode_text,
+    extract_text,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def extract(name: str, file_type: str | None = None) -> Extraction:
+    """Extract a fixture, as the type its name says unless told otherwise."""
+    return extract_text(FIXTURES / name, file_type or name.rsplit(".", 1)[1])
+
+
+def page_of(segments: list[Segment], phrase: str) -> list[int | None]:
+    """The pages of the segments that contain ``phrase``."""
+    return [s.page for s in segments if phrase in " ".join(s.text.split())]
+
+
+def test_reportlab_pdf_gives_one_segment_per_page() -> None:
+    result = extract("pages.pdf")
+    assert result.pages == 3
+    assert [s.page for s in result.segments] == [1, 2, 3]
+
+
+def test_reportlab_pdf_keeps_each_phrase_on_its_page() -> None:
+    segments = extract("pages.pdf").segments
+    assert page_of(segments, "amber falcon quilt") == [1]
+    assert page_of(segments, "silver yak harbor") == [2]
+    assert page_of(segments, "indigo moose carnival") == [3]
+
+
+def test_pdf_text_keeps_accents() -> None:
+    assert page_of(extract("pages.pdf").segments, "Déjà vu at the café: naïve résumé.") == [2]
+
+
+def test_hundred_page_pdf_finds_the_phrase_on_page_73() -> None:
+    result = extract("hundred_pages.pdf")
+    assert result.pages == 100
+    assert [s.page for s in result.segments] == list(range(1, 101))
+    assert page_of(result.segments, "emerald squid parliament") == [73]
+
+
+def test_libreoffice_pdf_from_docx_keeps_pages() -> None:
+    segments = extract("report.pdf").segments
+    assert page_of(segments, "zephyr quokka alignment") == [1]
+    assert page_of(segments, "saffron tapir overture") == [2]
+
+
+def test_libreoffice_pdf_from_pptx_has_a_page_per_slide() -> None:
+    segments = extract("deck.pdf").segments
+    assert page_of(segments, "nebula pangolin ferry") == [1]
+    assert page_of(segments, "obsidian badger sonnet") == [2]
+    assert page_of(segments, "juniper otter cascade") == [3]
+
+
+def test_image_only_pdf_is_pages_without_text() -> None:
+    result = extract("image_only.pdf")
+    assert result.pages == 2
+    assert all(not s.text.strip() for s in result.segments)
+
+
+def test_encrypted_pdf_is_refused() -> None:
+    with pytest.raises(ExtractionError, match=r"^the pdf is encrypted$"):
+        extract("encrypted.pdf")
+
+
+def test_a_docx_is_not_a_pdf() -> None:
+    with pytest.raises(ExtractionError, match="not a pdf"):
+        extract("report.docx", "pdf")
+
+
+def test_docx_body_comes_in_document_order() -> None:
+    body = extract("report.docx").segments[0].text
+    order = ["Quarterly zephyr report", "zephyr quokka alignment", "marmot lantern", "saffron"]
+    positions = [body.index(phrase) for phrase in order]
+    assert positions == sorted(positions)
+
+
+def test_docx_table_reads_row_by_row() -> None:
+    assert "Item | Code\nmarmot lantern ledger | 42" in extract("report.docx").segments[0].text
+
+
+def test_docx_headers_and_footers_are_extracted() -> None:
+    texts = [s.text for s in extract("report.docx").segments]
+    assert "Header velvet heron almanac" in texts
+    assert "Footer cobalt walrus footnote" in texts
+
+
+def test_docx_has_no_pages() -> None:
+    result = extract("report.docx")
+    assert result.pages is None
+    assert {s.page for s in result.segments} == {None}
+
+
+def test_pptx_gives_one_segment_per_slide() -> None:
+    result = extract("deck.pptx")
+    assert result.pages == 3
+    assert [s.page for s in result.segments] == [1, 2, 3]
+    assert page_of(result.segments, "juniper otter cascade") == [3]
+
+
+def test_pptx_speaker_notes_belong_to_their_slide() -> None:
+    assert page_of(extract("deck.pptx").segments, "crimson llama whisper") == [1]
+
+
+def test_pptx_grouped_shapes_are_read() -> None:
+    segments = extract("deck.pptx").segments
+    assert page_of(segments, "tangerine gecko relay") == [2]
+    assert page_of(segments, "grouped shape two") == [2]
+
+
+def test_pptx_table_reads_row_by_row() -> None:
+    assert "obsidian badger | sonnet" in extract("deck.pptx").segments[1].text
+
+
+def test_cp1252_text_is_decoded_right() -> None:
+    text = "Le café naïve coûte €100, “quotes” — plum walrus tango.\n"
+    assert extract("cp1252.txt").segments == [Segment(text, None)]
+
+
+def test_utf16_text_with_bom_is_decoded_right() -> None:
+    text = "Grüße aus Köln ✓ quartz ibis meadow 日本語のテキスト\nSecond line.\n"
+    assert extract("utf16.txt") == Extraction([Segment(text, None)], None)
+
+
+def test_csv_stays_one_text_segment_with_its_delimiters() -> None:
+    [segment] = extract("table.csv").segments
+    assert segment.text.splitlines() == [
+        "city,item,note",
+        "Zürich,ochre tortoise bazaar,first row",
+        'Łódź,plain widget,"second, with a comma"',
+    ]
+
+
+def test_corrupt_docx_is_not_a_valid_docx() -> None:
+    with pytest.raises(ExtractionError, match=r"^not a valid docx file$"):
+        extract("corrupt.docx")
+
+
+def test_truncated_pptx_is_not_a_valid_pptx() -> None:
+    with pytest.raises(ExtractionError, match=r"^not a valid pptx file$"):
+        extract("truncated.pptx")
+
+
+def test_a_pptx_is_not_a_docx() -> None:
+    with pytest.raises(ExtractionError, match=r"^not a valid docx file$"):
+        extract("deck.pptx", "docx")
+
+
+def test_legacy_binary_doc_is_named_as_such() -> None:
+    with pytest.raises(ExtractionError, match="password-protected or an old binary Office file"):
+        extract("report.doc", "docx")
+
+
+def test_zip_bomb_docx_is_refused_before_unpacking() -> None:
+    with pytest.raises(ExtractionError, match="looks like a zip bomb: it unpacks to more than"):
+        extract("zip_bomb.docx")
+
+
+def test_highly_compressed_entry_is_a_zip_bomb() -> None:
+    with pytest.raises(ExtractionError, match=r"looks like a zip bomb: .* over 200:1"):
+        extract("ratio_bomb.pptx")
+
+
+def test_entry_lying_about_its_size_is_refused_in_bounded_memory() -> None:
+    tracemalloc.start()
+    try:
+        with pytest.raises(ExtractionError, match=r"^not a valid docx file$"):
+            extract("lying_sizes.docx")  # claims 1000 bytes, inflates to 50 MiB
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 1024 * 1024
+
+
+def test_text_file_over_the_limit_is_refused(tmp_path: Path) -> None:
+    big = tmp_path / "big.txt"
+    with big.open("wb") as file:
+        file.truncate(MAX_TEXT_BYTES + 1)  # sparse: no disk space used
+    with pytest.raises(ExtractionError, match="larger than 64 MiB"):
+        extract_text(big, "txt")
+
+
+def test_control_characters_are_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "nul.txt"
+    path.write_bytes(b"tab\there\x00 nul\x07\r\nend")
+    assert extract_text(path, "txt").segments[0].text == "tab\there nul\r\nend"
+
+
+def test_unknown_file_type_is_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="no text extractor"):
+        extract("pages.pdf", "png")
+
+
+def test_utf8_bom_is_dropped() -> None:
+    assert decode_text(codecs.BOM_UTF8 + "naïve".encode()) == "naïve"
+
+
+def test_utf32_bom_is_read_before_utf16() -> None:
+    assert decode_text("Grüße".encode("utf-32")) == "Grüße"
+
+
+def test_turkish_cp1254_is_not_read_as_cp1252() -> None:
+    text = "Merhaba dünya, bu bir test metnidir. Şişli, Ğ, İstanbul."
+    assert decode_text(text.encode("cp1254")) == text
+
+
+def test_cyrillic_cp1251_is_detected() -> None:
+    text = "Привет мир, как у тебя дела сегодня?"  # noqa: RUF001
+    assert decode_text(text.encode("cp1251")) == text

@@ -1,0 +1,122 @@
+"""Search through the public API: hybrid keyword + semantic, isolated per project."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from libflow.models import Chunk
+from tests.conftest import Api, ClientFactory, new_project, wait_until_processed
+from tests.library_helpers import assert_error
+
+
+async def search(api: Api, q: str, **params: Any) -> list[dict[str, Any]]:
+    response = await api.call("GET", "/search", params={"q": q, **params})
+    assert response.status == 200, await response.text()
+    hits: list[dict[str, Any]] = await response.json()
+    return hits
+
+
+async def upload_text(api: Api, text: str, name: str = "notes.txt", **kwargs: Any) -> str:
+    record = await api.upload(text.encode(), name=name, file_type="txt", **kwargs)
+    processed = await wait_until_processed(api, record["id"])
+    assert processed["processing"]["status"] == "done", processed
+    return str(record["id"])
+
+
+async def test_a_unique_phrase_finds_its_file(shaped_api: Api) -> None:
+    file_id = await upload_text(shaped_api, "Minutes. The zephyr quokka alignment was approved.")
+    hits = await search(shaped_api, "zephyr quokka alignment")
+    assert hits[0]["fileId"] == file_id
+    assert hits[0]["name"] == "notes.txt"
+    assert "zephyr quokka alignment" in hits[0]["chunk"]
+    assert hits[0]["page"] is None
+    assert isinstance(hits[0]["score"], float)
+
+
+async def test_a_paraphrase_sharing_no_keyword_finds_its_file(api: Api) -> None:
+    file_id = await upload_text(
+        api, "The feline dozed on the rug for the whole afternoon.", name="pets.txt"
+    )
+    await upload_text(api, "Quarterly revenue grew by eight percent in Europe.", name="sales.txt")
+    hits = await search(api, "a cat sleeping on a mat")
+    assert hits and hits[0]["fileId"] == file_id
+
+
+async def test_search_never_crosses_projects(api: Api, start_app: ClientFactory) -> None:
+    await upload_text(api, "Secret plan: the marmoset heliotrope protocol.")
+    project_id, key = await new_project("other")
+    other = Api(api.client, api.shape, project_id, key)
+    assert await search(other, "marmoset heliotrope protocol") == []
+
+
+async def test_prevent_search_writes_no_rows(api: Api) -> None:
+    file_id = await upload_text(api, "The ocelot vermilion ledger.", prevent_search=True)
+    assert await search(api, "ocelot vermilion ledger") == []
+    assert await Chunk.filter(file_id=file_id).count() == 0
+    record = await (await api.call("GET", f"/files/{file_id}")).json()
+    assert record["searchable"] is False
+
+
+async def test_a_deleted_file_leaves_the_index(api: Api) -> None:
+    file_id = await upload_text(api, "The axolotl saffron memo.")
+    response = await api.call("DELETE", f"/files/{file_id}")
+    assert response.status == 204
+    assert await search(api, "axolotl saffron memo") == []
+    assert await Chunk.filter(file_id=file_id).count() == 0
+
+
+async def test_dir_limits_the_search_to_one_folder(api: Api) -> None:
+    folder = await (await api.call("POST", "/dirs", json={"name": "archive"})).json()
+    in_folder = await upload_text(api, "The narwhal cobalt treaty, archived.", folder=folder["id"])
+    in_root = await upload_text(api, "The narwhal cobalt treaty, current.")
+    assert [h["fileId"] for h in await search(api, "narwhal cobalt", dir=folder["id"])] == [
+        in_folder
+    ]
+    assert [h["fileId"] for h in await search(api, "narwhal cobalt", dir="root")] == [in_root]
+
+
+async def test_limit_caps_the_results(api: Api) -> None:
+    for i in range(3):
+        await upload_text(api, f"Report {i} about the pangolin quartz survey.", name=f"r{i}.txt")
+    assert len(await search(api, "pangolin quartz", limit=2)) == 2
+
+
+async def test_get_one_shows_steps_and_counts(api: Api) -> None:
+    file_id = await upload_text(api, "A short note about the tapir indigo wharf.")
+    record = await (await api.call("GET", f"/files/{file_id}")).json()
+    processing = record["processing"]
+    for step in ("queued", "started", "extracted", "embedded", "indexed", "finished"):
+        assert processing["steps"][step].endswith("Z"), step
+    assert processing["chunks"] == 1
+    assert record["searchable"] is True
+
+
+async def test_search_without_q_is_400(api: Api) -> None:
+    response = await api.call("GET", "/search")
+    await assert_error(response, 400, "VALIDATION_ERROR")
+
+
+async def test_search_with_a_bad_limit_is_400(api: Api) -> None:
+    for limit in ("0", "101", "x"):
+        response = await api.call("GET", "/search", params={"q": "a", "limit": limit})
+        await assert_error(response, 400, "VALIDATION_ERROR")
+
+
+async def test_search_in_an_unknown_folder_is_404(api: Api) -> None:
+    response = await api.call("GET", "/search", params={"q": "a", "dir": "nosuchfolder"})
+    await assert_error(response, 404, "NOT_FOUND")
+
+
+async def test_search_with_another_projects_key_is_403(api: Api) -> None:
+    _, other_key = await new_project("other")
+    response = await api.call(
+        "GET", "/search", params={"q": "a"}, headers={"Authorization": other_key}
+    )
+    await assert_error(response, 403, "FORBIDDEN")
+
+
+async def test_search_syntax_in_a_query_is_plain_text(api: Api) -> None:
+    file_id = await upload_text(api, "The gecko turquoise inventory.")
+    for query in ('"gecko', "gecko AND NOT", "NEAR(gecko turquoise) *", "gecko:* | !!"):
+        hits = await search(api, query)
+        assert hits and hits[0]["fileId"] == file_id, query
