@@ -28,6 +28,7 @@ from settings import Settings
 from workers.context import RESOURCES, JobResources
 from workers.embeddings import open_embedder
 from workers.files import process_file, recover_stuck_files, remove_abandoned_uploads
+from workers.reembed import reembed_stale_chunks
 
 logger = logging.getLogger("libflow.app")
 
@@ -81,6 +82,7 @@ async def _jobs(app: web.Application) -> AsyncIterator[None]:
     )
     for file_id in await unfinished.values_list("id", flat=True):
         await queue.enqueue(process_file, file_id)
+    await queue.enqueue(reembed_stale_chunks)  # the embedder may have changed since
     timers = [
         asyncio.create_task(_every(queue, remove_abandoned_uploads, ABANDONED_SWEEP_SECONDS)),
         asyncio.create_task(_every(queue, recover_stuck_files, RECOVERY_SWEEP_SECONDS)),

@@ -91,7 +91,7 @@ async def write_file_index(
         await Chunk.filter(file_id=file.id).using_db(connection).delete()
         if rows:
             await Chunk.bulk_create(rows, batch_size=500, using_db=connection)
-        await _bump_version(file.project_id, connection)
+        await bump_index_version(file.project_id, connection)
 
 
 async def remove_file_index(file_id: str, project_id: str) -> None:
@@ -99,10 +99,11 @@ async def remove_file_index(file_id: str, project_id: str) -> None:
     async with in_transaction() as connection:
         deleted = await Chunk.filter(file_id=file_id).using_db(connection).delete()
         if deleted:
-            await _bump_version(project_id, connection)
+            await bump_index_version(project_id, connection)
 
 
-async def _bump_version(project_id: str, connection: Any) -> None:
+async def bump_index_version(project_id: str, connection: Any) -> None:
+    """Tell every process's vector cache that this project's index changed."""
     await SearchIndexVersion.get_or_create(project_id=project_id, using_db=connection)
     await (
         SearchIndexVersion.filter(project_id=project_id)

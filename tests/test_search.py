@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from libflow import appkeys
 from libflow.models import Chunk
-from tests.conftest import Api, ClientFactory, new_project, wait_until_processed
+from tests.conftest import (
+    Api,
+    ClientFactory,
+    Shape,
+    base_settings,
+    new_project,
+    wait_until_processed,
+)
 from tests.library_helpers import assert_error
 
 
@@ -120,3 +129,26 @@ async def test_search_syntax_in_a_query_is_plain_text(api: Api) -> None:
     for query in ('"gecko', "gecko AND NOT", "NEAR(gecko turquoise) *", "gecko:* | !!"):
         hits = await search(api, query)
         assert hits and hits[0]["fileId"] == file_id, query
+
+
+async def test_a_change_of_embedder_re_embeds_the_index(
+    start_app: ClientFactory, tmp_path: Path
+) -> None:
+    # Indexed while search was keyword-only (no embedder): no vectors at all.
+    client = await start_app(base_settings(tmp_path, embedder="none"))
+    project_id, key = await new_project()
+    api = Api(client, Shape("keyword-only", client.app[appkeys.SETTINGS]), project_id, key)
+    file_id = await upload_text(api, "The feline dozed on the rug for the whole afternoon.")
+    assert await Chunk.filter(file_id=file_id, embedder__isnull=True).count() == 1
+    await client.close()
+
+    # Restarted with the local model: start-up re-embeds, semantic search works.
+    client = await start_app(base_settings(tmp_path))
+    api = Api(client, Shape("semantic", client.app[appkeys.SETTINGS]), project_id, key)
+    await api.run_jobs()
+    [chunk] = await Chunk.filter(file_id=file_id)
+    embedder = client.app[appkeys.EMBEDDER]
+    assert embedder is not None
+    assert chunk.embedder == embedder.name
+    hits = await search(api, "a cat sleeping on a mat")
+    assert hits and hits[0]["fileId"] == file_id

@@ -21,6 +21,7 @@ from workers.files import (
     recover_stuck_files,
     remove_abandoned_uploads,
 )
+from workers.reembed import reembed_stale_chunks
 
 logger = logging.getLogger("libflow.worker")
 
@@ -69,4 +70,6 @@ def worker_settings(settings: Settings) -> dict[str, Any]:
 CRON_JOBS: list[CronJob] = [
     cron(remove_abandoned_uploads, minute=17),
     cron(recover_stuck_files),  # every minute; arq runs each tick once across workers
+    # At start-up too: a worker starting with a new embedder re-embeds the index.
+    cron(reembed_stale_chunks, minute={7, 37}, run_at_startup=True),
 ]
