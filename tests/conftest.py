@@ -105,6 +105,19 @@ async def redis_url() -> AsyncIterator[str]:
 
 
 @pytest.fixture
+def semantic_search() -> None:
+    """The local embedder's extra is installed (pip install -e '.[semantic]')."""
+    import importlib.util
+
+    if importlib.util.find_spec("sentence_transformers") is None:
+        unavailable(
+            "the semantic extra",
+            "pip install torch==2.13.0 && pip install -e '.[semantic]'",
+            ModuleNotFoundError("sentence_transformers"),
+        )
+
+
+@pytest.fixture
 def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
     """A running redis-server of this test's own, stopped after the test."""
     try:

@@ -77,6 +77,7 @@ async def fake_openai(server: OpenAIServer, batch_size: int = 96) -> OpenAIEmbed
 # --- local ------------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("semantic_search")
 def test_local_embedder_loads_offline_and_gives_unit_float32_rows() -> None:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
     result = subprocess.run(
@@ -99,6 +100,7 @@ def test_local_embedder_loads_offline_and_gives_unit_float32_rows() -> None:
     assert "Loading weights" not in result.stderr
 
 
+@pytest.mark.usefixtures("semantic_search")
 async def test_the_model_is_loaded_once_per_process() -> None:
     first, second = await asyncio.gather(LocalEmbedder.open(), LocalEmbedder.open())
     third = await LocalEmbedder.open("sentence-transformers/all-MiniLM-L6-v2")
@@ -106,6 +108,7 @@ async def test_the_model_is_loaded_once_per_process() -> None:
     assert first.name == third.name == "local:all-MiniLM-L6-v2"
 
 
+@pytest.mark.usefixtures("semantic_search")
 async def test_a_paraphrase_is_closer_than_an_unrelated_sentence() -> None:
     embedder = await LocalEmbedder.open()
     query, paraphrase, unrelated = await embedder.embed(
@@ -119,6 +122,7 @@ async def test_a_paraphrase_is_closer_than_an_unrelated_sentence() -> None:
     assert float(query @ paraphrase) > float(query @ unrelated) + 0.2
 
 
+@pytest.mark.usefixtures("semantic_search")
 async def test_more_texts_than_a_batch_come_back_in_order() -> None:
     embedder = await LocalEmbedder.open(batch_size=4)
     texts = [f"passage number {i} about topic {i % 3}" for i in range(10)]
@@ -128,6 +132,7 @@ async def test_more_texts_than_a_batch_come_back_in_order() -> None:
     assert np.allclose(together, one_by_one, atol=1e-5)
 
 
+@pytest.mark.usefixtures("semantic_search")
 async def test_no_texts_give_an_empty_matrix_of_the_right_width() -> None:
     embedder = await LocalEmbedder.open()
     vectors = await embedder.embed([])
@@ -135,6 +140,7 @@ async def test_no_texts_give_an_empty_matrix_of_the_right_width() -> None:
     assert vectors.dtype == np.float32
 
 
+@pytest.mark.usefixtures("semantic_search")
 async def test_a_model_that_cannot_be_found_offline_is_a_settings_error(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="LIBFLOW_EMBEDDING_MODEL"):
         await LocalEmbedder.open(str(tmp_path / "missing-model"))
@@ -257,6 +263,7 @@ async def test_embedder_openai_uses_the_configured_api(openai_server: OpenAIServ
     assert [len(batch) for batch in openai_server.inputs[1:]] == [2, 1]
 
 
+@pytest.mark.usefixtures("semantic_search")
 async def test_embedder_local_is_the_default() -> None:
     async with open_embedder(Settings()) as embedder:
         assert isinstance(embedder, LocalEmbedder)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from libflow import appkeys
 from libflow.models import Chunk
 from tests.conftest import (
@@ -42,6 +44,7 @@ async def test_a_unique_phrase_finds_its_file(shaped_api: Api) -> None:
     assert isinstance(hits[0]["score"], float)
 
 
+@pytest.mark.usefixtures("semantic_search")
 async def test_a_paraphrase_sharing_no_keyword_finds_its_file(api: Api) -> None:
     file_id = await upload_text(
         api, "The feline dozed on the rug for the whole afternoon.", name="pets.txt"
@@ -90,6 +93,7 @@ async def test_limit_caps_the_results(api: Api) -> None:
     assert len(await search(api, "pangolin quartz", limit=2)) == 2
 
 
+@pytest.mark.usefixtures("semantic_search")
 async def test_get_one_shows_steps_and_counts(api: Api) -> None:
     file_id = await upload_text(api, "A short note about the tapir indigo wharf.")
     record = await (await api.call("GET", f"/files/{file_id}")).json()
@@ -131,6 +135,7 @@ async def test_search_syntax_in_a_query_is_plain_text(api: Api) -> None:
         assert hits and hits[0]["fileId"] == file_id, query
 
 
+@pytest.mark.usefixtures("semantic_search")
 async def test_a_change_of_embedder_re_embeds_the_index(
     start_app: ClientFactory, tmp_path: Path
 ) -> None:
