@@ -63,6 +63,8 @@ def worker_settings(settings: Settings) -> dict[str, Any]:
         "job_serializer": serialize_job,
         "job_deserializer": deserialize_job,
         "max_tries": MAX_TRIES,
+        # Processing is CPU-bound (extraction, embedding): a few jobs at once per process.
+        "max_jobs": settings.job_concurrency,
         "ctx": {"settings": settings},
     }
 
