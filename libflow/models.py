@@ -1,4 +1,8 @@
-"""Tortoise models: projects, API keys, folders and library files."""
+"""Tortoise models: projects, API keys, folders, library files, search chunks, workflows.
+
+Model docstrings become table comments, and Tortoise's SQLite migrations split statements
+on ";": keep semicolons out of them.
+"""
 
 from __future__ import annotations
 
@@ -148,3 +152,67 @@ class SearchIndexVersion(Model):
 
     class Meta:
         table = "search_index_versions"
+
+
+class Workflow(Model):
+    """A named workflow of a project, whose definitions are immutable, numbered versions."""
+
+    id = fields.CharField(primary_key=True, max_length=32, default=new_id)
+    project: fields.ForeignKeyRelation[Project] = fields.ForeignKeyField(
+        "models.Project", related_name="workflows", on_delete=fields.CASCADE
+    )
+    name = fields.CharField(max_length=200)
+    latest_version = fields.IntField(default=1)
+    created_at = fields.DatetimeField(auto_now_add=True)
+    updated_at = fields.DatetimeField(auto_now=True)
+
+    project_id: str
+
+    class Meta:
+        table = "workflows"
+        indexes = (("project_id", "created_at"),)
+
+
+class WorkflowVersion(Model):
+    """One published definition of a workflow, never changed once written."""
+
+    id = fields.BigIntField(primary_key=True)
+    workflow: fields.ForeignKeyRelation[Workflow] = fields.ForeignKeyField(
+        "models.Workflow", related_name="versions", on_delete=fields.CASCADE
+    )
+    number = fields.IntField()
+    definition: fields.Field[dict[str, object]] = fields.JSONField()
+    created_at = fields.DatetimeField(auto_now_add=True)
+
+    workflow_id: str
+
+    class Meta:
+        table = "workflow_versions"
+        unique_together = (("workflow_id", "number"),)
+
+
+class WorkflowRun(Model):
+    """The record of one run: trigger, version, event, inputs, outputs, status and timings."""
+
+    id = fields.CharField(primary_key=True, max_length=32, default=new_id)
+    workflow: fields.ForeignKeyRelation[Workflow] = fields.ForeignKeyField(
+        "models.Workflow", related_name="runs", on_delete=fields.CASCADE
+    )
+    project_id = fields.CharField(max_length=32)
+    version = fields.IntField()
+    event = fields.CharField(max_length=200)
+    trigger = fields.CharField(max_length=16)
+    status = fields.CharField(max_length=16)
+    status_code = fields.IntField(null=True)
+    inputs: fields.Field[dict[str, object]] = fields.JSONField(default=dict)
+    outputs: fields.Field[dict[str, object]] = fields.JSONField(default=dict)
+    error: fields.Field[dict[str, object] | None] = fields.JSONField(null=True)
+    node_timings: fields.Field[dict[str, object]] = fields.JSONField(default=dict)
+    started_at = fields.DatetimeField(auto_now_add=True)
+    finished_at = fields.DatetimeField(null=True)
+
+    workflow_id: str
+
+    class Meta:
+        table = "workflow_runs"
+        indexes = (("workflow_id", "started_at"),)
