@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
         host=settings.host,
         port=settings.port,
         access_log=None,
+        # A client that goes away cancels its request: runsync then records the run as
+        # cancelled, and an upload's temp file is removed.
+        handler_cancellation=True,
         print=lambda message: print(f"libflow: {message}", file=sys.stderr),
     )
     return 0

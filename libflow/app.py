@@ -11,7 +11,7 @@ from aiohttp import ClientSession, ClientTimeout, web
 from prometheus_client import CollectorRegistry
 
 from libflow import appkeys
-from libflow.api import library, ops, storage
+from libflow.api import library, ops, storage, workflows
 from libflow.auth import api_key_middleware
 from libflow.callers import ApiKeyCache
 from libflow.db import open_database
@@ -131,6 +131,7 @@ def create_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.extend([_database, _storage, _embedder, _jobs, _http_client])
     app[appkeys.VECTOR_INDEX] = VectorIndex()
     app.add_routes(library.routes)
+    app.add_routes(workflows.routes)
     app.add_routes(storage.routes)
     app.add_routes(ops.routes)
     return app

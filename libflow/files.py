@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import logging
+import tempfile
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from tortoise.expressions import Q
@@ -20,7 +23,7 @@ from libflow.errors import (
     ValidationFailed,
 )
 from libflow.file_lookup import FileLookup
-from libflow.filetypes import MIME_TYPES, normalize_file_type, same_content_type
+from libflow.filetypes import DOCUMENT_TYPES, MIME_TYPES, normalize_file_type, same_content_type
 from libflow.folders import find_folder
 from libflow.ids import iso, new_id, utcnow
 from libflow.jobs import JobQueue
@@ -28,6 +31,7 @@ from libflow.models import LibraryFile, ProcessingStatus
 from libflow.search import remove_file_index
 from libflow.storage import Storage, StorageError
 from libflow.storage.keys import DOCUMENT_KEY, document_key
+from workers.extract import ExtractionError, extract_text
 from workers.files import process_file
 
 logger = logging.getLogger("libflow.files")
@@ -217,3 +221,31 @@ async def delete_file(storage: Storage, lookup: FileLookup, project_id: str, fil
             await storage.delete(key)
         except StorageError:
             logger.warning("could not delete object %s of deleted file %s", key, file_id)
+
+
+MAX_FILE_TEXT_CHARS = 1_000_000
+
+
+async def file_text(
+    storage: Storage, lookup: FileLookup, project_id: str, file_id: str
+) -> dict[str, Any]:
+    """The whole text of a processed document: ``{text, name, type}`` (workflow nodes)."""
+    file = await get_file(lookup, project_id, file_id)
+    if file.file_type not in DOCUMENT_TYPES:
+        raise ValidationFailed(f"file {file_id!r} is a {file.mime_type}, not a text document")
+    if file.finalized_at is None:
+        raise NotReady("the upload of this file is not finalized yet")
+    with tempfile.TemporaryDirectory(prefix="libflow-text-") as tmp:
+        local = Path(tmp) / f"object.{file.file_type}"
+        out = await asyncio.to_thread(local.open, "wb")
+        try:
+            async for chunk in storage.read(file.storage_key):
+                await asyncio.to_thread(out.write, chunk)
+        finally:
+            out.close()
+        try:
+            extraction = await asyncio.to_thread(extract_text, local, file.file_type)
+        except ExtractionError as err:
+            raise ValidationFailed(f"the text of {file.name!r} cannot be read: {err}") from err
+    text = "\n\n".join(s.text for s in extraction.segments if s.text.strip())
+    return {"text": text[:MAX_FILE_TEXT_CHARS], "name": file.name, "type": file.mime_type}

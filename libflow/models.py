@@ -7,6 +7,7 @@ on ";": keep semicolons out of them.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from tortoise import fields
 from tortoise.models import Model
@@ -181,7 +182,7 @@ class WorkflowVersion(Model):
         "models.Workflow", related_name="versions", on_delete=fields.CASCADE
     )
     number = fields.IntField()
-    definition: fields.Field[dict[str, object]] = fields.JSONField()
+    definition: fields.Field[dict[str, Any]] = fields.JSONField()
     created_at = fields.DatetimeField(auto_now_add=True)
 
     workflow_id: str
@@ -204,10 +205,10 @@ class WorkflowRun(Model):
     trigger = fields.CharField(max_length=16)
     status = fields.CharField(max_length=16)
     status_code = fields.IntField(null=True)
-    inputs: fields.Field[dict[str, object]] = fields.JSONField(default=dict)
-    outputs: fields.Field[dict[str, object]] = fields.JSONField(default=dict)
-    error: fields.Field[dict[str, object] | None] = fields.JSONField(null=True)
-    node_timings: fields.Field[dict[str, object]] = fields.JSONField(default=dict)
+    inputs: fields.Field[dict[str, Any]] = fields.JSONField(default=dict)
+    outputs: fields.Field[dict[str, Any]] = fields.JSONField(default=dict)
+    error: fields.Field[dict[str, Any] | None] = fields.JSONField(null=True)
+    node_timings: fields.Field[dict[str, Any]] = fields.JSONField(default=dict)
     started_at = fields.DatetimeField(auto_now_add=True)
     finished_at = fields.DatetimeField(null=True)
 

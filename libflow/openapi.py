@@ -6,9 +6,18 @@ from functools import cache
 from typing import Any
 
 from libflow import __version__
-from libflow.api.bodies import Body, CreateFileBody, CreateFolderBody, FinalizeBody
+from libflow.api.bodies import (
+    Body,
+    CreateFileBody,
+    CreateFolderBody,
+    CreateWorkflowBody,
+    FinalizeBody,
+    PublishVersionBody,
+    RunSyncBody,
+)
 
 LIB = "/api/publicv1/projects/{projectId}/library"
+WF = "/api/publicv1/projects/{projectId}/workflows"
 ERROR = {"$ref": "#/components/schemas/Error"}
 _STR = {"type": "string"}
 _NULLABLE_STR = {"type": ["string", "null"]}
@@ -88,6 +97,79 @@ SEARCH_HIT = {
         "page": {"type": ["integer", "null"]},
     },
 }
+_DATE = {"type": "string", "format": "date-time"}
+_OBJECT = {"type": "object"}
+WORKFLOW_SCHEMAS: dict[str, Any] = {
+    "Workflow": {
+        "type": "object",
+        "required": ["workflowId", "name", "version", "createdDate"],
+        "properties": {
+            "workflowId": _STR,
+            "name": _STR,
+            "version": _STR,
+            "createdDate": _DATE,
+            "updatedDate": _DATE,
+        },
+    },
+    "WorkflowVersion": {
+        "type": "object",
+        "required": ["version", "createdDate"],
+        "properties": {"version": _STR, "createdDate": _DATE},
+    },
+    "WorkflowDetail": {
+        "allOf": [
+            {"$ref": "#/components/schemas/Workflow"},
+            {
+                "type": "object",
+                "properties": {
+                    "definition": _OBJECT,
+                    "versions": {
+                        "type": "array",
+                        "items": {"$ref": "#/components/schemas/WorkflowVersion"},
+                    },
+                },
+            },
+        ]
+    },
+    "RunSyncResult": {
+        "type": "object",
+        "required": ["success", "result", "statusCode"],
+        "properties": {
+            "success": {"type": "boolean"},
+            "statusCode": {"type": "integer"},
+            "result": {
+                "type": "object",
+                "required": ["outputs"],
+                "properties": {
+                    "outputs": _OBJECT,
+                    "error": {
+                        "type": "object",
+                        "properties": {"code": _STR, "node": _NULLABLE_STR, "message": _STR},
+                    },
+                },
+            },
+        },
+    },
+    "Run": {
+        "type": "object",
+        "required": ["runId", "workflowId", "version", "event", "trigger", "status"],
+        "properties": {
+            "runId": _STR,
+            "workflowId": _STR,
+            "version": _STR,
+            "event": _STR,
+            "trigger": {"enum": ["api", "webhook"]},
+            "status": {"enum": ["running", "succeeded", "failed", "timed_out", "cancelled"]},
+            "statusCode": {"type": ["integer", "null"]},
+            "inputs": _OBJECT,
+            "outputs": _OBJECT,
+            "error": {"type": ["object", "null"]},
+            "nodeTimings": _OBJECT,
+            "startedDate": _DATE,
+            "finishedDate": {"type": ["string", "null"], "format": "date-time"},
+        },
+    },
+}
 
 
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -117,6 +199,7 @@ _REDIRECT = {"description": "redirect to a signed URL", "headers": {"Location": 
 def _operations() -> dict[str, dict[str, Any]]:
     project = _path_params("projectId")
     file = _path_params("projectId", "fileId")
+    workflow = _path_params("projectId", "workflowId")
     signed = [
         *_path_params("key"),
         {"name": "expires", "in": "query", "required": True, "schema": {"type": "integer"}},
@@ -236,6 +319,83 @@ def _operations() -> dict[str, dict[str, Any]]:
                 },
             },
         },
+        WF: {
+            "get": {
+                "summary": "List workflows",
+                "parameters": project,
+                "responses": {
+                    "200": _json({"type": "array", "items": _ref("Workflow")}, "workflows"),
+                    **_errors(*_AUTH_ERRORS),
+                },
+            },
+            "post": {
+                "summary": "Create a workflow (publishes version 1)",
+                "parameters": project,
+                "requestBody": _body(CreateWorkflowBody),
+                "responses": {
+                    "201": _json(_ref("Workflow"), "the workflow"),
+                    **_errors(400, *_AUTH_ERRORS),
+                },
+            },
+        },
+        f"{WF}/{{workflowId}}": {
+            "get": {
+                "summary": "A workflow with its latest definition and versions",
+                "parameters": workflow,
+                "responses": {
+                    "200": _json(_ref("WorkflowDetail"), "the workflow"),
+                    **_errors(*_AUTH_ERRORS, 404),
+                },
+            },
+        },
+        f"{WF}/{{workflowId}}/versions": {
+            "post": {
+                "summary": "Publish the next immutable version",
+                "parameters": workflow,
+                "requestBody": _body(PublishVersionBody),
+                "responses": {
+                    "201": _json(_ref("WorkflowVersion"), "the version"),
+                    **_errors(400, *_AUTH_ERRORS, 404),
+                },
+            },
+        },
+        f"{WF}/{{workflowId}}/runs": {
+            "get": {
+                "summary": "The workflow's runs, newest first",
+                "parameters": workflow,
+                "responses": {
+                    "200": _json({"type": "array", "items": _ref("Run")}, "runs"),
+                    **_errors(*_AUTH_ERRORS, 404),
+                },
+            },
+        },
+        f"{WF}/{{workflowId}}/runsync": {
+            "post": {
+                "summary": "Run a workflow and answer with its outputs (status = statusCode)",
+                "parameters": workflow,
+                "requestBody": _body(RunSyncBody),
+                "responses": {
+                    "200": _json(_ref("RunSyncResult"), "the run succeeded"),
+                    "500": _json(_ref("RunSyncResult"), "a node failed (NODE_FAILED)"),
+                    "504": _json(_ref("RunSyncResult"), "the run timed out (RUN_TIMEOUT)"),
+                    "default": _json(
+                        {"oneOf": [_ref("RunSyncResult"), ERROR]},
+                        "a respond or fail node's status, or an error",
+                    ),
+                    **_errors(400, *_AUTH_ERRORS, 404),
+                },
+            },
+        },
+        "/api/publicv1/projects/{projectId}/runs/{runId}": {
+            "get": {
+                "summary": "One run record",
+                "parameters": _path_params("projectId", "runId"),
+                "responses": {
+                    "200": _json(_ref("Run"), "the run"),
+                    **_errors(*_AUTH_ERRORS, 404),
+                },
+            },
+        },
         "/storage/{key}": {
             "put": {
                 "summary": "Upload bytes to a signed storageLink (local storage backend)",
@@ -311,8 +471,16 @@ def openapi_document(server_url: str) -> dict[str, Any]:
         "LibraryFileDetail": FILE_DETAIL,
         "UploadCreated": UPLOAD,
         "SearchHit": SEARCH_HIT,
+        **WORKFLOW_SCHEMAS,
     }
-    for model in (CreateFolderBody, CreateFileBody, FinalizeBody):
+    for model in (
+        CreateFolderBody,
+        CreateFileBody,
+        FinalizeBody,
+        CreateWorkflowBody,
+        PublishVersionBody,
+        RunSyncBody,
+    ):
         schemas[model.__name__] = model.model_json_schema(
             ref_template="#/components/schemas/{model}"
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
@@ -40,6 +40,27 @@ class FinalizeBody(Body):
 
     path: Annotated[str, StringConstraints(min_length=1, max_length=255)]
     preventSearch: bool = Field(default=False)
+
+
+class CreateWorkflowBody(Body):
+    """``POST .../workflows``."""
+
+    name: Name
+    definition: dict[str, Any]
+
+
+class PublishVersionBody(Body):
+    """``POST .../workflows/:workflowId/versions``."""
+
+    definition: dict[str, Any]
+
+
+class RunSyncBody(Body):
+    """``POST .../workflows/:workflowId/runsync`` (operation 8 of the spec)."""
+
+    inputs: dict[str, Any] | None = None
+    runEvent: Annotated[str, StringConstraints(min_length=1, max_length=200)] = "run"
+    version: Annotated[str, StringConstraints(min_length=1, max_length=20)] | None = None
 
 
 BodyT = TypeVar("BodyT", bound=Body)

@@ -8,7 +8,7 @@ from aiohttp import web
 
 from libflow import appkeys, files, folders, search
 from libflow.api.bodies import CreateFileBody, CreateFolderBody, FinalizeBody, parse_body
-from libflow.api.render import file_detail_json, file_json, folder_json
+from libflow.api.render import file_detail_json, file_json, folder_json, hit_json
 from libflow.auth import CALLER
 from libflow.errors import ValidationFailed
 from libflow.ids import iso
@@ -185,15 +185,4 @@ async def search_library(request: web.Request) -> web.Response:
         embedder=request.app[appkeys.EMBEDDER],
         vectors=request.app[appkeys.VECTOR_INDEX],
     )
-    return web.json_response(
-        [
-            {
-                "fileId": hit.file_id,
-                "name": hit.name,
-                "chunk": hit.chunk,
-                "score": hit.score,
-                "page": hit.page,
-            }
-            for hit in hits
-        ]
-    )
+    return web.json_response([hit_json(hit) for hit in hits])

@@ -1,0 +1,164 @@
+"""Handlers of workflows: definitions, versions, runs, and runsync."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from libflow import appkeys, search, workflows
+from libflow.api.bodies import CreateWorkflowBody, PublishVersionBody, RunSyncBody, parse_body
+from libflow.api.render import hit_json
+from libflow.engine import NodeServices
+from libflow.files import file_text
+from libflow.ids import iso
+from libflow.models import Workflow, WorkflowRun, WorkflowVersion
+
+routes = web.RouteTableDef()
+PROJECT = "/api/publicv1/projects/{projectId}"
+PREFIX = f"{PROJECT}/workflows"
+
+
+def _project(request: web.Request) -> str:
+    return request.match_info["projectId"]
+
+
+def workflow_json(workflow: Workflow) -> dict[str, Any]:
+    """A workflow record."""
+    return {
+        "workflowId": workflow.id,
+        "name": workflow.name,
+        "version": str(workflow.latest_version),
+        "createdDate": iso(workflow.created_at),
+        "updatedDate": iso(workflow.updated_at),
+    }
+
+
+def version_json(version: WorkflowVersion) -> dict[str, Any]:
+    """A version record, without its definition."""
+    return {"version": str(version.number), "createdDate": iso(version.created_at)}
+
+
+def run_json(run: WorkflowRun) -> dict[str, Any]:
+    """A run record."""
+    return {
+        "runId": run.id,
+        "workflowId": run.workflow_id,
+        "version": str(run.version),
+        "event": run.event,
+        "trigger": run.trigger,
+        "status": run.status,
+        "statusCode": run.status_code,
+        "inputs": run.inputs,
+        "outputs": run.outputs,
+        "error": run.error,
+        "nodeTimings": run.node_timings,
+        "startedDate": iso(run.started_at),
+        "finishedDate": iso(run.finished_at),
+    }
+
+
+@routes.post(PREFIX)
+async def create_workflow(request: web.Request) -> web.Response:
+    """Create a workflow and publish its first version."""
+    body = await parse_body(request, CreateWorkflowBody)
+    workflow, _ = await workflows.create_workflow(_project(request), body.name, body.definition)
+    return web.json_response(
+        {
+            "workflowId": workflow.id,
+            "name": workflow.name,
+            "version": "1",
+            "createdDate": iso(workflow.created_at),
+        },
+        status=201,
+    )
+
+
+@routes.get(PREFIX)
+async def list_workflows(request: web.Request) -> web.Response:
+    """The project's workflows, newest first."""
+    return web.json_response(
+        [workflow_json(w) for w in await workflows.list_workflows(_project(request))]
+    )
+
+
+@routes.get(f"{PREFIX}/{{workflowId}}")
+async def get_workflow(request: web.Request) -> web.Response:
+    """A workflow with its latest definition and every version."""
+    workflow = await workflows.get_workflow(_project(request), request.match_info["workflowId"])
+    versions = await workflows.list_versions(workflow)
+    latest = versions[-1]
+    return web.json_response(
+        {
+            **workflow_json(workflow),
+            "definition": latest.definition,
+            "versions": [version_json(v) for v in versions],
+        }
+    )
+
+
+@routes.post(f"{PREFIX}/{{workflowId}}/versions")
+async def publish_version(request: web.Request) -> web.Response:
+    """Publish the next immutable version."""
+    body = await parse_body(request, PublishVersionBody)
+    version = await workflows.publish_version(
+        _project(request), request.match_info["workflowId"], body.definition
+    )
+    return web.json_response(version_json(version), status=201)
+
+
+@routes.get(f"{PREFIX}/{{workflowId}}/runs")
+async def list_runs(request: web.Request) -> web.Response:
+    """The workflow's runs, newest first."""
+    runs = await workflows.list_runs(_project(request), request.match_info["workflowId"])
+    return web.json_response([run_json(r) for r in runs])
+
+
+@routes.get(f"{PROJECT}/runs/{{runId}}")
+async def get_run(request: web.Request) -> web.Response:
+    """One run record."""
+    run = await workflows.get_run(_project(request), request.match_info["runId"])
+    return web.json_response(run_json(run))
+
+
+def node_services(app: web.Application, project_id: str) -> NodeServices:
+    """What a run's nodes may reach, scoped to one project."""
+
+    async def search_library(query: str, limit: int) -> list[dict[str, Any]]:
+        hits = await search.search(
+            project_id,
+            query,
+            limit=limit,
+            folder=None,
+            embedder=app[appkeys.EMBEDDER],
+            vectors=app[appkeys.VECTOR_INDEX],
+        )
+        return [hit_json(hit) for hit in hits]
+
+    async def library_file_text(file_id: str) -> dict[str, Any]:
+        return await file_text(app[appkeys.STORAGE], app[appkeys.FILE_LOOKUP], project_id, file_id)
+
+    return NodeServices(
+        http=app[appkeys.HTTP_CLIENT],
+        allow_private_addresses=app[appkeys.SETTINGS].http_allow_private,
+        search_library=search_library,
+        file_text=library_file_text,
+    )
+
+
+@routes.post(f"{PREFIX}/{{workflowId}}/runsync")
+async def run_sync(request: web.Request) -> web.Response:
+    """Run a version now and answer with its outputs; the HTTP status is its statusCode."""
+    body = await parse_body(request, RunSyncBody)
+    project_id = _project(request)
+    workflow = await workflows.get_workflow(project_id, request.match_info["workflowId"])
+    version = await workflows.find_version(workflow, body.version)
+    _, result = await workflows.run_version(
+        workflow,
+        version,
+        event=body.runEvent,
+        inputs=body.inputs,
+        trigger="api",
+        services=node_services(request.app, project_id),
+    )
+    return web.json_response(result.response_body(), status=result.status_code)

@@ -1,0 +1,200 @@
+"""Expressions in workflow fields: Jinja2 in the sandbox, with native values for ``{{ x }}``."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jinja2 import TemplateError, nodes
+from jinja2.environment import Template, TemplateExpression
+from jinja2.runtime import Undefined
+
+from libflow.engine.sandbox import (
+    ExpressionError,
+    ExpressionSandbox,
+    guard_template,
+    render_budget,
+    tick,
+)
+
+MAX_TEXT_CHARS = 1024 * 1024  # the rendered text of one templated string
+MAX_NATIVE_BYTES = 8 * 1024 * 1024  # a native value, measured as JSON would be
+MAX_NATIVE_DEPTH = 64
+_MARKERS = ("{{", "{%", "{#")
+_UNSUPPORTED = (nodes.Extends, nodes.Include, nodes.Import, nodes.FromImport)
+
+_env = ExpressionSandbox()
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """One templated string, compiled: a native expression or a text template."""
+
+    expression: TemplateExpression | None
+    template: Template | None
+
+
+def has_expressions(value: str) -> bool:
+    """Whether a string holds any Jinja markup at all (plain strings skip the engine)."""
+    return any(marker in value for marker in _MARKERS)
+
+
+@functools.lru_cache(maxsize=2048)
+def _compile(source: str, text_only: bool) -> _Compiled:
+    """Parse, guard and compile a templated string; cached because versions never change."""
+    try:
+        tree = _env.parse(source)
+        for unsupported in _UNSUPPORTED:
+            if next(tree.find_all(unsupported), None) is not None:
+                raise ExpressionError("extends, include and import are not supported")
+        tree = guard_template(tree)
+        single = None if text_only else _single_expression(source, tree)
+        if single is not None:
+            body = [nodes.Assign(nodes.Name("result", "store"), single, lineno=1)]
+            expression = TemplateExpression(
+                _env.from_string(nodes.Template(body, lineno=1)), undefined_to_none=False
+            )
+            return _Compiled(expression=expression, template=None)
+        return _Compiled(expression=None, template=_env.from_string(tree))
+    except TemplateError as err:
+        line = getattr(err, "lineno", None)
+        where = f" at line {line}" if line else ""
+        raise ExpressionError(f"template syntax error{where}: {err.message}") from err
+    except (RecursionError, MemoryError, SyntaxError) as err:
+        raise ExpressionError("the template is nested too deeply to compile") from err
+
+
+def _single_expression(source: str, tree: nodes.Template) -> nodes.Expr | None:
+    """The expression when the source is exactly one ``{{ ... }}``, else None."""
+    stripped = source.strip()
+    if not (stripped.startswith("{{") and stripped.endswith("}}")):
+        return None
+    body = tree.body
+    if len(body) != 1 or not isinstance(body[0], nodes.Output) or len(body[0].nodes) != 1:
+        return None
+    expr = body[0].nodes[0]
+    return None if isinstance(expr, nodes.TemplateData) else expr
+
+
+def check_syntax(source: str) -> str | None:
+    """The syntax problem of a templated string, or None when it compiles."""
+    if not has_expressions(source):
+        return None
+    try:
+        _compile(source, False)
+        _compile(source, True)
+    except ExpressionError as err:
+        return str(err)
+    return None
+
+
+def render(value: Any, context: Mapping[str, Any]) -> Any:
+    """Render every string inside ``value`` (dicts and lists too); ``{{ x }}`` keeps x's type."""
+    with render_budget():
+        return _render(value, context, text_only=False)
+
+
+def render_text(source: str, context: Mapping[str, Any]) -> str:
+    """Render a template to text, even when it is a single expression."""
+    with render_budget():
+        result = _render(source, context, text_only=True)
+    assert isinstance(result, str)
+    return result
+
+
+def _render(value: Any, context: Mapping[str, Any], *, text_only: bool) -> Any:
+    """Render one value of a definition within the current budget."""
+    if isinstance(value, str):
+        if not has_expressions(value):
+            return value
+        return _render_string(value, context, text_only=text_only)
+    if isinstance(value, Mapping):
+        return {key: _render(item, context, text_only=text_only) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_render(item, context, text_only=text_only) for item in value]
+    return value
+
+
+def _render_string(source: str, context: Mapping[str, Any], *, text_only: bool) -> Any:
+    """Evaluate one templated string."""
+    compiled = _compile(source, text_only)
+    try:
+        if compiled.expression is not None:
+            result = compiled.expression(context)
+            if isinstance(result, Undefined):
+                str(result)  # StrictUndefined raises with the reason (undefined, unsafe)
+            return to_json_value(result)
+        assert compiled.template is not None
+        return _stream_text(compiled.template, context)
+    except ExpressionError:
+        raise
+    except Exception as err:  # any failure inside a template is the template's problem
+        raise ExpressionError(_describe(err)) from None
+
+
+def _stream_text(template: Template, context: Mapping[str, Any]) -> str:
+    """Render to text, stopping as soon as the output passes MAX_TEXT_CHARS."""
+    parts: list[str] = []
+    size = 0
+    for part in template.generate(context):
+        size += len(part)
+        if size > MAX_TEXT_CHARS:
+            raise ExpressionError(f"the rendered text is over {MAX_TEXT_CHARS} characters")
+        parts.append(part)
+    return "".join(parts)
+
+
+def _describe(err: Exception) -> str:
+    """A one-line reason for an exception raised inside a template."""
+    message = getattr(err, "message", None) or str(err) or type(err).__name__
+    if isinstance(err, TemplateError | ExpressionError):
+        return str(message)
+    return f"{type(err).__name__}: {message}"
+
+
+def to_json_value(value: Any) -> Any:
+    """A JSON-compatible copy of an expression's value, refused past MAX_NATIVE_BYTES."""
+    budget = [MAX_NATIVE_BYTES]
+    return _to_json(value, budget, 0)
+
+
+def _spend(budget: list[int], size: int) -> None:
+    """Take ``size`` bytes from a native value's budget."""
+    budget[0] -= size
+    if budget[0] < 0:
+        raise ExpressionError(f"the value is over {MAX_NATIVE_BYTES} bytes")
+
+
+def _to_json(value: Any, budget: list[int], depth: int) -> Any:
+    """Copy one level of a native value into JSON types."""
+    if depth > MAX_NATIVE_DEPTH:
+        raise ExpressionError(f"the value is nested deeper than {MAX_NATIVE_DEPTH} levels")
+    if value is None or isinstance(value, bool):
+        _spend(budget, 5)
+        return value
+    if isinstance(value, str):
+        _spend(budget, len(value) + 2)
+        return str(value)  # a Markup becomes plain text
+    if isinstance(value, int | float):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ExpressionError(f"{value} is not a JSON number")
+        _spend(budget, 8)
+        return value
+    if isinstance(value, Mapping):
+        tick()
+        result: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str | int | float | bool) and key is not None:
+                raise ExpressionError(f"a {type(key).__name__} cannot be a JSON object key")
+            _spend(budget, len(str(key)) + 4)
+            result[str(key)] = _to_json(item, budget, depth + 1)
+        return result
+    if isinstance(value, list | tuple | range):
+        tick()
+        return [_to_json(item, budget, depth + 1) for item in value]
+    if isinstance(value, Undefined):
+        str(value)  # raises the reason
+    raise ExpressionError(f"the expression's value is a {type(value).__name__}, not JSON data")
