@@ -69,6 +69,11 @@ async def process_file(ctx: dict[str, Any], file_id: str) -> None:
     file = await LibraryFile.get_or_none(id=file_id)
     if file is None or file.finalized_at is None or file.status == ProcessingStatus.DONE:
         return  # deleted, never finalized, or already processed: nothing to do
+    if file.status == ProcessingStatus.PROCESSING and file.attempts >= MAX_ATTEMPTS:
+        # Each earlier attempt died with its worker (a start-up or a redelivery brings it
+        # back): the file itself may be what kills workers, so it is not tried again.
+        await _finish(file, error=_interrupted(file.attempts))
+        return
     file.status = ProcessingStatus.PROCESSING
     file.attempts += 1
     await _save(file, "status", "attempts", started=True)
@@ -137,10 +142,21 @@ async def _run_pipeline(file: LibraryFile, storage: Storage, embedder: Any) -> N
 
 async def _finish(file: LibraryFile, *, error: str | None) -> None:
     """End processing either way: ``updating`` is cleared so no file stays busy forever."""
+    if error:
+        # An interrupted earlier attempt may have indexed the file: a failed file is not
+        # searchable, so those rows go too.
+        await remove_file_index(file.id, file.project_id)
+        file.indexed = False
+        file.chunks = None
     file.status = ProcessingStatus.FAILED if error else ProcessingStatus.DONE
     file.error = error
     file.updating = False
-    await _save(file, "status", "error", "updating", finished=True)
+    await _save(file, "status", "error", "updating", "indexed", "chunks", finished=True)
+
+
+def _interrupted(attempts: int) -> str:
+    """The error of a file whose processing died with its worker too many times."""
+    return f"processing was interrupted {attempts} times; giving up"
 
 
 async def recover_stuck_files(ctx: dict[str, Any], stuck_after: float | None = None) -> int:
@@ -154,9 +170,7 @@ async def recover_stuck_files(ctx: dict[str, Any], stuck_after: float | None = N
     )
     for file in stuck:
         if file.attempts >= MAX_ATTEMPTS:
-            await _finish(
-                file, error=f"processing was interrupted {file.attempts} times; giving up"
-            )
+            await _finish(file, error=_interrupted(file.attempts))
             continue
         file.status = ProcessingStatus.PENDING
         await _save(file, "status", requeued=True)

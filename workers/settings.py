@@ -51,12 +51,22 @@ async def shutdown(ctx: dict[str, Any]) -> None:
         await stack.aclose()
 
 
+def cron_jobs() -> list[CronJob]:
+    """Fresh cron jobs for each worker: arq keeps each one's next run time on the object."""
+    return [
+        cron(remove_abandoned_uploads, minute=17),
+        cron(recover_stuck_files),  # every minute; arq runs each tick once across workers
+        # At start-up too: a worker starting with a new embedder re-embeds the index.
+        cron(reembed_stale_chunks, minute={7, 37}, run_at_startup=True),
+    ]
+
+
 def worker_settings(settings: Settings) -> dict[str, Any]:
     """Keyword arguments for ``arq.Worker`` (tests and run_worker.py share them)."""
     assert settings.redis_url, "the arq worker needs LIBFLOW_REDIS_URL"
     return {
         "functions": FUNCTIONS,
-        "cron_jobs": CRON_JOBS,
+        "cron_jobs": cron_jobs(),
         "on_startup": startup,
         "on_shutdown": shutdown,
         "redis_settings": redis_settings(settings.redis_url),
@@ -67,11 +77,3 @@ def worker_settings(settings: Settings) -> dict[str, Any]:
         "max_jobs": settings.job_concurrency,
         "ctx": {"settings": settings},
     }
-
-
-CRON_JOBS: list[CronJob] = [
-    cron(remove_abandoned_uploads, minute=17),
-    cron(recover_stuck_files),  # every minute; arq runs each tick once across workers
-    # At start-up too: a worker starting with a new embedder re-embeds the index.
-    cron(reembed_stale_chunks, minute={7, 37}, run_at_startup=True),
-]

@@ -1,0 +1,297 @@
+"""Processing through the public API: every document type to search, thumbnails, re-runs."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from libflow import appkeys
+from libflow.models import Chunk, LibraryFile, ProcessingStatus
+from libflow.search import QueryEmbedder, Vector, VectorIndex
+from libflow.search import search as search_index
+from tests.conftest import Api, fixture_bytes, wait_until_processed
+from tests.library_helpers import assert_error
+from tests.processing_helpers import (
+    job_context,
+    process_fixture,
+    search,
+    thumbnail_image,
+)
+from workers.files import process_file
+
+
+@dataclass(frozen=True)
+class Document:
+    """A document fixture, the phrases only it holds, and their page or slide."""
+
+    name: str
+    phrases: Sequence[tuple[str, int | None]]
+    pages: int | None
+    # Text that proves the characters were decoded right (txt and csv).
+    exact: str | None = None
+
+    def __str__(self) -> str:
+        return self.name
+
+
+DOCUMENTS = {
+    doc.name: doc
+    for doc in (
+        Document(
+            "report.docx",
+            [("zephyr quokka alignment", None), ("Header velvet heron almanac", None)],
+            pages=None,
+        ),
+        Document(
+            "deck.pptx",
+            [
+                ("nebula pangolin ferry", 1),
+                ("crimson llama whisper", 1),
+                ("juniper otter cascade", 3),
+            ],
+            pages=3,
+        ),
+        Document(
+            "report.pdf", [("zephyr quokka alignment", 1), ("saffron tapir overture", 2)], pages=2
+        ),
+        Document(
+            "deck.pdf", [("obsidian badger sonnet", 2), ("juniper otter cascade", 3)], pages=3
+        ),
+        Document(
+            "pages.pdf",
+            [("amber falcon quilt", 1), ("silver yak harbor", 2), ("indigo moose carnival", 3)],
+            pages=3,
+        ),
+        Document("hundred_pages.pdf", [("emerald squid parliament", 73)], pages=100),
+        Document(
+            "cp1252.txt",
+            [("plum walrus tango", None)],
+            pages=None,
+            exact="Le café naïve coûte €100, “quotes” — plum walrus tango.",
+        ),
+        Document(
+            "utf16.txt",
+            [("quartz ibis meadow", None)],
+            pages=None,
+            exact="Grüße aus Köln ✓ quartz ibis meadow 日本語のテキスト",
+        ),
+        Document("table.csv", [("ochre tortoise bazaar", None)], pages=None, exact="Zürich"),
+    )
+}
+# The scaled shape (PostgreSQL, S3, an arq worker) runs one of each reader.
+SCALED_DOCUMENTS = ("report.docx", "deck.pptx", "report.pdf", "utf16.txt")
+STEPS = ("queued", "started", "downloaded", "extracted", "embedded", "indexed", "finished")
+
+
+def document_cases() -> list[object]:
+    """Every document on the embedded shape, one of each type on the scaled one."""
+    cases: list[object] = [
+        pytest.param("embedded", doc, id=f"embedded-{doc}") for doc in DOCUMENTS.values()
+    ]
+    cases += [
+        pytest.param("scaled", DOCUMENTS[name], id=f"scaled-{name}") for name in SCALED_DOCUMENTS
+    ]
+    return cases
+
+
+@pytest.mark.parametrize(("shape", "document"), document_cases(), indirect=["shape"])
+async def test_a_processed_document_is_found_by_its_phrases_on_their_pages(
+    shaped_api: Api, document: Document
+) -> None:
+    api = shaped_api
+    record = await process_fixture(api, document.name)
+    assert record["processing"]["status"] == "done", record
+    assert record["processing"]["error"] is None
+    assert record["updating"] is None
+    assert record["searchable"] is True
+
+    for phrase, page in document.phrases:
+        hits = await search(api, phrase)
+        assert hits, phrase
+        top = hits[0]
+        assert top["fileId"] == record["id"], (phrase, hits)
+        assert top["name"] == document.name
+        assert phrase.lower() in " ".join(top["chunk"].split()).lower(), (phrase, top)
+        assert top["page"] == page, (phrase, top)
+    if document.exact is not None:
+        [phrase, _] = document.phrases[0]
+        assert document.exact in (await search(api, phrase))[0]["chunk"]
+
+    # Get-one tells how it went: each step in order, and what was found.
+    processing = record["processing"]
+    steps = [processing["steps"][step] for step in STEPS]
+    assert all(moment.endswith("Z") for moment in steps), processing
+    assert steps == sorted(steps), processing
+    assert ("thumbnailed" in processing["steps"]) == document.name.endswith(".pdf")
+    assert processing["pages"] == document.pages
+    pages = [chunk.page for chunk in await Chunk.filter(file_id=record["id"])]
+    assert processing["chunks"] == len(pages) >= (document.pages or 1)
+    if document.pages is not None:  # every page or slide has text, and keeps its number
+        assert set(pages) == set(range(1, document.pages + 1))
+    data = fixture_bytes(document.name)
+    assert record["sha256"] == hashlib.sha256(data).hexdigest()
+    assert record["size"] == len(data)
+
+
+async def test_an_image_only_pdf_is_done_with_no_text_and_a_thumbnail(shaped_api: Api) -> None:
+    api = shaped_api
+    record = await process_fixture(api, "image_only.pdf")
+    assert record["processing"]["status"] == "done", record
+    assert record["processing"]["error"] is None
+    assert record["updating"] is None
+    assert record["processing"]["pages"] == 2
+    assert record["processing"]["chunks"] == 0
+    assert await Chunk.filter(file_id=record["id"]).count() == 0
+    assert await search(api, "image page picture") == []
+    assert record["thumbnail"] is True
+    image, _ = await thumbnail_image(api, record["id"])
+    assert image.format == "WEBP"
+    assert max(image.size) == 256
+
+
+# --- thumbnails --------------------------------------------------------------------------------
+
+# (fixture, expected size): the longest side is 256, smaller images are never upscaled.
+THUMBNAILS = [
+    ("thumb_photo.jpg", (256, 171)),
+    ("thumb_wide.png", (256, 64)),
+    ("thumb_small.png", (40, 30)),
+    ("thumb_animated.gif", (120, 90)),
+    ("thumb_animated.webp", (120, 90)),
+    ("thumb_page.pdf", (182, 256)),
+    ("report.pdf", (182, 256)),
+]
+
+
+@pytest.mark.parametrize(("name", "size"), THUMBNAILS, ids=[name for name, _ in THUMBNAILS])
+async def test_processing_makes_a_webp_thumbnail(
+    api: Api, name: str, size: tuple[int, int]
+) -> None:
+    record = await process_fixture(api, name)
+    assert record["processing"]["status"] == "done", record
+    assert record["thumbnail"] is True
+    assert record["processing"]["steps"]["thumbnailed"].endswith("Z")
+    image, data = await thumbnail_image(api, record["id"])
+    assert data[:4] == b"RIFF" and data[8:12] == b"WEBP"
+    assert image.format == "WEBP"
+    assert image.size == size
+
+
+@pytest.mark.parametrize(
+    ("name", "colour"),
+    [("thumb_animated.gif", (220, 30, 30)), ("thumb_animated.webp", (30, 60, 220))],
+)
+async def test_an_animation_thumbnail_is_its_first_frame(
+    api: Api, name: str, colour: tuple[int, int, int]
+) -> None:
+    record = await process_fixture(api, name)
+    image, _ = await thumbnail_image(api, record["id"])
+    assert getattr(image, "n_frames", 1) == 1
+    pixel = image.convert("RGB").getpixel((60, 45))
+    assert isinstance(pixel, tuple)
+    assert all(abs(got - want) <= 8 for got, want in zip(pixel, colour, strict=True)), pixel
+
+
+async def test_an_exif_rotated_jpeg_thumbnail_is_upright(shaped_api: Api) -> None:
+    api = shaped_api
+    record = await process_fixture(api, "thumb_exif_rotated.jpg")
+    assert record["processing"]["status"] == "done", record
+    image, _ = await thumbnail_image(api, record["id"])
+    assert image.size == (128, 256)  # stored 320 x 160 landscape, EXIF says turn it
+    rgb = image.convert("RGB")
+    top, bottom = rgb.getpixel((64, 20)), rgb.getpixel((64, 236))
+    assert isinstance(top, tuple) and isinstance(bottom, tuple)
+    assert top[0] > 200 and top[2] < 60, top  # red on top
+    assert bottom[2] > 200 and bottom[0] < 60, bottom  # blue below
+
+
+@pytest.mark.parametrize("name", ["report.docx", "cp1252.txt", "table.csv", "deck.pptx"])
+async def test_a_document_other_than_pdf_has_no_thumbnail(api: Api, name: str) -> None:
+    record = await process_fixture(api, name)
+    assert record["processing"]["status"] == "done", record
+    assert record["thumbnail"] is False
+    assert "thumbnailed" not in record["processing"]["steps"]
+    response = await api.call("GET", f"/files/{record['id']}/thumbnail", allow_redirects=False)
+    await assert_error(response, 404, "NOT_FOUND")
+
+
+# --- preventSearch and re-processing -----------------------------------------------------------
+
+
+async def test_prevent_search_on_a_docx_indexes_nothing(shaped_api: Api) -> None:
+    api = shaped_api
+    record = await process_fixture(api, "report.docx", prevent_search=True)
+    assert record["processing"]["status"] == "done", record
+    assert record["updating"] is None
+    assert record["searchable"] is False
+    assert record["processing"]["chunks"] is None
+    assert "indexed" not in record["processing"]["steps"]
+    assert await search(api, "zephyr quokka alignment") == []
+    assert await Chunk.filter(file_id=record["id"]).count() == 0
+
+
+async def test_processing_a_file_again_replaces_its_index_rows(api: Api) -> None:
+    record = await process_fixture(api, "pages.pdf")
+    before = await Chunk.filter(file_id=record["id"]).order_by("seq").values_list("seq", "text")
+    hits_before = await search(api, "silver yak harbor")
+
+    # Processing it again, as a redelivered job does after a status reset.
+    await LibraryFile.filter(id=record["id"]).update(status=ProcessingStatus.PENDING, updating=True)
+    await process_file({**job_context(api), "job_try": 1}, record["id"])
+    again = await wait_until_processed(api, record["id"])
+
+    assert again["processing"]["status"] == "done", again
+    after = await Chunk.filter(file_id=record["id"]).order_by("seq").values_list("seq", "text")
+    assert after == before
+    assert len({seq for seq, _ in after}) == len(after)
+    assert again["processing"]["chunks"] == len(after)
+    assert await search(api, "silver yak harbor") == hits_before
+    assert (await LibraryFile.get(id=record["id"])).attempts == 2
+
+
+# --- vector spaces -----------------------------------------------------------------------------
+
+
+class StoredVectorEmbedder:
+    """A query embedder that answers every query with one given vector, under a given name."""
+
+    def __init__(self, name: str, vector: Vector) -> None:
+        self.name = name
+        self.vector = vector
+
+    async def embed(self, texts: Sequence[str]) -> Vector:
+        """The stored vector for each text."""
+        return np.stack([self.vector] * len(texts))
+
+
+async def test_vectors_of_another_embedder_are_never_searched(api: Api) -> None:
+    record = await process_fixture(api, "cp1252.txt")
+    [chunk] = await Chunk.filter(file_id=record["id"])
+    assert chunk.embedding is not None and chunk.embedder is not None
+    stored = np.frombuffer(chunk.embedding, dtype="<f4").astype(np.float32)
+    index = VectorIndex()
+
+    # The exact vector of the chunk, but named for another model: not a neighbour.
+    assert await index.nearest(api.project_id, "other:model", stored, None, 10) == []
+    assert await index.nearest(api.project_id, chunk.embedder, stored, None, 10) == [chunk.id]
+
+    # Through the hybrid search, with a query that shares no keyword with the text.
+    async def hits(embedder: QueryEmbedder) -> list[str]:
+        found = await search_index(
+            api.project_id,
+            "unrelated words",
+            limit=10,
+            folder=None,
+            embedder=embedder,
+            vectors=index,
+        )
+        return [hit.file_id for hit in found]
+
+    assert await hits(StoredVectorEmbedder("other:model", stored)) == []
+    assert await hits(StoredVectorEmbedder(chunk.embedder, stored)) == [record["id"]]
+    app_embedder = api.client.app[appkeys.EMBEDDER] if api.client.app else None
+    assert app_embedder is not None and chunk.embedder == app_embedder.name
