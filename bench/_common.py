@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import socket
@@ -273,6 +274,15 @@ def request_json(
     except urllib.error.HTTPError as err:
         raise BenchError(f"{method} {url} -> {err.code}: {err.read()[:300]!r}") from err
     return json.loads(raw) if raw else None
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q``-th percentile (0 < q <= 100) of ``values``."""
+    if not values:
+        raise BenchError("no samples")
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
 
 
 def read_proc_status(pid: int) -> dict[str, int]:

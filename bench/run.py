@@ -6,12 +6,14 @@ import sys
 import time
 from collections.abc import Callable
 
-from bench import get_file, upload
+from bench import get_file, processing, search, upload
 from bench._common import Report, Result, install_sigterm_handler, render_table
 
 BENCHMARKS: tuple[tuple[str, Callable[[], Report]], ...] = (
     (upload.NAME, upload.run),
     (get_file.NAME, get_file.run),
+    (processing.NAME, processing.run),
+    (search.NAME, search.run),
 )
 
 

@@ -245,11 +245,14 @@ async def search(
     if not fused:
         return []
     ids = [chunk_id for chunk_id, _ in fused]
+    # By primary key alone, the project checked here: with project_id in the query
+    # SQLite may pick the project index and scan every chunk of the project.
     chunks = {
         row["id"]: row
-        for row in await Chunk.filter(id__in=ids, project_id=project_id).values(
-            "id", "file_id", "text", "page"
+        for row in await Chunk.filter(id__in=ids).values(
+            "id", "project_id", "file_id", "text", "page"
         )
+        if row["project_id"] == project_id
     }
     names = dict(
         await LibraryFile.filter(
