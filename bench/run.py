@@ -6,7 +6,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from bench import get_file, processing, search, upload
+from bench import get_file, processing, runsync, search, upload
 from bench._common import Report, Result, install_sigterm_handler, render_table
 
 BENCHMARKS: tuple[tuple[str, Callable[[], Report]], ...] = (
@@ -14,6 +14,7 @@ BENCHMARKS: tuple[tuple[str, Callable[[], Report]], ...] = (
     (get_file.NAME, get_file.run),
     (processing.NAME, processing.run),
     (search.NAME, search.run),
+    (runsync.NAME, runsync.run),
 )
 
 

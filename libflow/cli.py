@@ -30,6 +30,14 @@ class CliError(Exception):
     """A failure to report in one line, without a traceback."""
 
 
+class ApiCallError(CliError):
+    """The API answered with an error body, kept for callers that print more of it."""
+
+    def __init__(self, message: str, body: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.body = body
+
+
 def _print(data: Any, as_json: bool, text: str) -> None:
     print(json.dumps(data) if as_json else text)
 
@@ -125,8 +133,9 @@ async def _api(
                 f"{method} {url}: {response.status} {response.reason}: not a libflow API answer"
             )
         if response.status >= 400:
-            raise CliError(
-                f"{method} {url}: {response.status} {body.get('error')}: {body.get('message')}"
+            raise ApiCallError(
+                f"{method} {url}: {response.status} {body.get('error')}: {body.get('message')}",
+                body,
             )
         return body
 
@@ -199,6 +208,73 @@ async def _upload(args: argparse.Namespace) -> None:
             _print(record, args.json, f"{path.name}: {record['id']} ({record['size']} bytes)")
 
 
+def _read_workflow_file(path: Path) -> tuple[str | None, Any]:
+    """(name, definition) from a JSON file: a bare definition or ``{name, definition}``."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise CliError(f"{path}: cannot read: {err.strerror or err}") from err
+    except (UnicodeDecodeError, ValueError) as err:
+        raise CliError(f"{path}: not a JSON file: {err}") from err
+    if isinstance(data, dict) and "definition" in data:
+        name = data.get("name")
+        if name is not None and not isinstance(name, str):
+            raise CliError(f"{path}: 'name' must be a string")
+        return name, data["definition"]
+    return None, data
+
+
+def _invalid_workflow_lines(err: ApiCallError) -> str:
+    """The error line, then one ``node: problem`` line per detail of an INVALID_WORKFLOW."""
+    lines = [str(err)]
+    details = err.body.get("details")
+    if err.body.get("error") == "INVALID_WORKFLOW" and isinstance(details, list):
+        for detail in details:
+            if isinstance(detail, dict):
+                lines.append(f"  {detail.get('node') or 'definition'}: {detail.get('problem')}")
+    return "\n".join(lines)
+
+
+async def _workflows_push(args: argparse.Namespace) -> None:
+    if not args.api_key:
+        raise CliError("an API key is needed: --api-key or LIBFLOW_API_KEY")
+    if args.workflow and args.name:
+        raise CliError("--name names a new workflow; it cannot be used with --workflow")
+    path = Path(args.file)
+    file_name, definition = _read_workflow_file(path)
+    workflows_url = f"{args.url.rstrip('/')}{API}/projects/{args.project}/workflows"
+    async with aiohttp.ClientSession() as session:
+        try:
+            if args.workflow:
+                published = await _api(
+                    session,
+                    "POST",
+                    f"{workflows_url}/{args.workflow}/versions",
+                    args.api_key,
+                    json={"definition": definition},
+                )
+                result = {"workflowId": args.workflow, "version": published["version"]}
+                verb = "published"
+            else:
+                name = args.name or file_name or path.stem
+                created = await _api(
+                    session,
+                    "POST",
+                    workflows_url,
+                    args.api_key,
+                    json={"name": name, "definition": definition},
+                )
+                result = {"workflowId": created["workflowId"], "version": created["version"]}
+                verb = "created"
+        except ApiCallError as err:
+            raise CliError(_invalid_workflow_lines(err)) from err
+    _print(
+        result,
+        args.json,
+        f"workflow {result['workflowId']}: version {result['version']} {verb}",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="libflow", description="libflow admin and client")
@@ -238,6 +314,23 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--api-key", default=os.environ.get("LIBFLOW_API_KEY"))
     u.add_argument("--json", action="store_true")
     u.set_defaults(run=_upload)
+
+    workflows = sub.add_parser("workflows", help="manage workflows through the public API")
+    w = workflows.add_subparsers(dest="action", required=True).add_parser(
+        "push",
+        help="create a workflow from a JSON file, or publish it as a new version",
+        description='FILE holds a definition, or {"name": ..., "definition": ...}. '
+        "Without --workflow a workflow is created (named by --name, the file's name or "
+        "its stem); with --workflow the file becomes that workflow's next version.",
+    )
+    w.add_argument("project", help="project id")
+    w.add_argument("file", metavar="FILE.json")
+    w.add_argument("--workflow", metavar="ID", help="publish a new version of this workflow")
+    w.add_argument("--name", help="name of the new workflow (default: from the file)")
+    w.add_argument("--url", default=os.environ.get("LIBFLOW_URL", "http://127.0.0.1:8080"))
+    w.add_argument("--api-key", default=os.environ.get("LIBFLOW_API_KEY"))
+    w.add_argument("--json", action="store_true", help="print {workflowId, version} as JSON")
+    w.set_defaults(run=_workflows_push)
     return parser
 
 

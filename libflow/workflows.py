@@ -77,11 +77,10 @@ async def find_version(workflow: Workflow, version: str | None) -> WorkflowVersi
     """The version named ``version`` ("1", "2", ...), or the latest when None."""
     if version is None:
         number = workflow.latest_version
-    else:
-        try:
-            number = int(version)
-        except ValueError:
-            number = -1
+    elif version.isascii() and version.isdigit() and str(int(version)) == version:
+        number = int(version)
+    else:  # int() would also read " 1", "01" or "1_0": none of them names a version
+        number = -1
     found = await WorkflowVersion.get_or_none(workflow_id=workflow.id, number=number)
     if found is None:
         raise NotFound(f"workflow {workflow.id!r} has no version {version!r}")
@@ -140,7 +139,8 @@ async def run_version(
         # The record must still say what happened: save it even though we are cancelled.
         await asyncio.shield(_save_result(record, run.result()))
         raise
-    await _save_result(record, result)
+    # Shielded too: a client leaving during this save must not leave the run "running".
+    await asyncio.shield(_save_result(record, result))
     return record, result
 
 

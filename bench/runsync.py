@@ -1,0 +1,264 @@
+"""POST .../workflows/:id/runsync of a small workflow against a bare aiohttp JSON handler, wrk.
+
+The workflow is input -> template -> set_output (after its event node): it checks one input,
+renders a greeting and sets it as the output; every run is recorded in the database. The
+baseline is one aiohttp handler that parses the same JSON body and answers the same JSON
+shape, without middleware or database. Both servers are pinned to CPU 0 and wrk to CPU 1, with
+the settings of ``bench.get_file``; wrk POSTs the body through a Lua script in a temp file.
+Run alone with ``python -m bench.runsync``; ``python -m bench.runsync serve-baseline --port P``
+serves the baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from bench._common import (
+    LOG_LEVEL,
+    PYTHON,
+    BenchError,
+    Report,
+    Result,
+    create_project,
+    free_port,
+    libflow_env,
+    libflow_server,
+    pinned,
+    request_json,
+    run_alone,
+    server,
+)
+from bench.get_file import (
+    CONNECTIONS,
+    DURATION_SECONDS,
+    SERVER_CPU,
+    THREADS,
+    WARMUP_SECONDS,
+    WRK_CPU,
+    WrkRun,
+    _latency_ms,
+)
+
+NAME = "runsync"
+RATIO_GOAL = 0.35
+BODY: dict[str, Any] = {"inputs": {"name": "Ada"}}
+DEFINITION: dict[str, Any] = {
+    "timeoutSeconds": 30,
+    "nodes": [
+        {"id": "start", "type": "event", "event": "run"},
+        {"id": "who", "type": "input", "name": "name", "valueType": "string", "required": True},
+        {"id": "greet", "type": "template", "template": "Hello, {{ inputs.name }}!"},
+        {"id": "out", "type": "set_output", "name": "greeting", "value": "{{ nodes.greet.text }}"},
+    ],
+    "edges": [
+        {"from": "start", "to": "who"},
+        {"from": "who", "to": "greet"},
+        {"from": "greet", "to": "out"},
+    ],
+}
+EXPECTED = {"success": True, "result": {"outputs": {"greeting": "Hello, Ada!"}}, "statusCode": 200}
+ROUTE = "/api/publicv1/projects/{projectId}/workflows/{workflowId}/runsync"
+
+
+# The baseline server
+
+
+async def baseline_runsync(request: web.Request) -> web.Response:
+    """Parse the JSON body and answer the runsync shape, as a bare handler would."""
+    body = await request.json()
+    name = body["inputs"]["name"]
+    return web.json_response(
+        {"success": True, "result": {"outputs": {"greeting": f"Hello, {name}!"}}, "statusCode": 200}
+    )
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """Readiness for the benchmark runner."""
+    return web.json_response({"status": "ok"})
+
+
+def baseline_app() -> web.Application:
+    """The bare application: the runsync route shape and /healthz, nothing else."""
+    app = web.Application()
+    app.router.add_post(ROUTE, baseline_runsync)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+def serve_baseline(port: int) -> None:
+    """Serve the baseline until SIGTERM/SIGINT."""
+    web.run_app(baseline_app(), host="127.0.0.1", port=port, access_log=None, print=None)
+
+
+# The load generator
+
+
+def lua_script(path: Path, body: bytes) -> Path:
+    """A wrk script that POSTs ``body`` as JSON (a Lua long string holds it verbatim)."""
+    text = body.decode()
+    level = 0
+    while f"]{'=' * level}]" in text:
+        level += 1
+    quoted = f"[{'=' * level}[{text}]{'=' * level}]"
+    path.write_text(
+        'wrk.method = "POST"\n'
+        f"wrk.body = {quoted}\n"
+        'wrk.headers["Content-Type"] = "application/json"\n'
+    )
+    return path
+
+
+def wrk_post(url: str, seconds: int, script: Path, headers: dict[str, str] | None = None) -> WrkRun:
+    """``wrk --latency -s script`` on WRK_CPU; fails on any non-2xx answer or socket error."""
+    if shutil.which("wrk") is None:
+        raise BenchError("wrk is not installed: apt-get install -y wrk")
+    cmd = ["wrk", f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "--latency"]
+    cmd += ["-s", str(script)]
+    for name, value in (headers or {}).items():
+        cmd += ["-H", f"{name}: {value}"]
+    done = subprocess.run(
+        pinned(WRK_CPU, [*cmd, url]),
+        capture_output=True,
+        text=True,
+        timeout=seconds + 30,
+        check=False,
+    )
+    out = done.stdout
+    if done.returncode != 0:
+        raise BenchError(f"wrk failed ({done.returncode}): {done.stderr.strip()}")
+    if "Non-2xx or 3xx responses" in out or "Socket errors" in out:
+        raise BenchError(f"wrk saw failed requests:\n{out}")
+    rps = re.search(r"^Requests/sec:\s+([\d.]+)", out, re.MULTILINE)
+    total = re.search(r"^\s*(\d+) requests in", out, re.MULTILINE)
+    if rps is None or total is None:
+        raise BenchError(f"unexpected wrk output:\n{out}")
+    return WrkRun(
+        float(rps.group(1)), _latency_ms(out, "50"), _latency_ms(out, "99"), int(total.group(1))
+    )
+
+
+def _check_answer(url: str, key: str | None) -> None:
+    """One request by hand: the server answers the expected body (wrk only sees statuses)."""
+    answer = request_json("POST", url, body=BODY, api_key=key)
+    if answer != EXPECTED:
+        raise BenchError(f"unexpected runsync answer from {url}: {answer}")
+
+
+def _runs_recorded(base: str, project: str, key: str, workflow_id: str) -> int:
+    """How many runs the workflow's run list shows (it lists the latest 100 at most)."""
+    runs = request_json(
+        "GET", f"{base}/api/publicv1/projects/{project}/workflows/{workflow_id}/runs", api_key=key
+    )
+    return len(runs)
+
+
+def run() -> Report:
+    """Warm both servers up, then measure the bare baseline and libflow back to back."""
+    work = Path(tempfile.mkdtemp(prefix="libflow-bench-runsync-"))
+    try:
+        data_dir = work / "data"
+        env = libflow_env(data_dir)  # LIBFLOW_API_KEY_CACHE_SECONDS left at its default
+        project, key = create_project(env)
+        port, baseline_port = free_port(), free_port()
+        body = json.dumps(BODY).encode()
+        script = lua_script(work / "runsync.lua", body)
+        with libflow_server(port, data_dir, env, cpu=SERVER_CPU):
+            base = f"http://127.0.0.1:{port}"
+            created = request_json(
+                "POST",
+                f"{base}/api/publicv1/projects/{project}/workflows",
+                body={"name": "bench greeter", "definition": DEFINITION},
+                api_key=key,
+            )
+            workflow_id = created["workflowId"]
+            path = ROUTE.format(projectId=project, workflowId=workflow_id)
+            baseline_cmd = [PYTHON, "-m", "bench.runsync", "serve-baseline"]
+            baseline_cmd += ["--port", str(baseline_port)]
+            with server(
+                baseline_cmd,
+                port=baseline_port,
+                env=env,
+                log_path=work / "baseline.log",
+                cpu=SERVER_CPU,
+            ):
+                baseline_url = f"http://127.0.0.1:{baseline_port}{path}"
+                auth = {"Authorization": key}
+                _check_answer(baseline_url, None)
+                _check_answer(base + path, key)
+                wrk_post(baseline_url, WARMUP_SECONDS, script)
+                wrk_post(base + path, WARMUP_SECONDS, script, auth)
+                bare = wrk_post(baseline_url, DURATION_SECONDS, script)
+                libflow = wrk_post(base + path, DURATION_SECONDS, script, auth)
+            recorded = _runs_recorded(base, project, key, workflow_id)
+            if recorded == 0:
+                raise BenchError("no run was recorded")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    ratio = libflow.requests_per_second / bare.requests_per_second
+    rows = [
+        Result(
+            NAME,
+            "runsync 3-node throughput",
+            libflow.requests_per_second,
+            "req/s",
+            baseline=bare.requests_per_second,
+            baseline_label="bare aiohttp",
+            goal=f">= {RATIO_GOAL}x",
+            met=ratio >= RATIO_GOAL,
+        ),
+        Result(
+            NAME,
+            "runsync 3-node p50 latency",
+            libflow.p50_ms,
+            "ms",
+            baseline=bare.p50_ms,
+            baseline_label="bare aiohttp",
+        ),
+        Result(
+            NAME,
+            "runsync 3-node p99 latency",
+            libflow.p99_ms,
+            "ms",
+            baseline=bare.p99_ms,
+            baseline_label="bare aiohttp",
+        ),
+    ]
+    notes = [
+        f"runsync: wrk -t{THREADS} -c{CONNECTIONS} -d{DURATION_SECONDS}s --latency -s (POST "
+        f"{len(body)}-byte JSON body) on CPU {WRK_CPU} after a {WARMUP_SECONDS}s warm-up each; "
+        f"both servers on CPU {SERVER_CPU}; {bare.requests} / {libflow.requests} requests "
+        "(bare / libflow)",
+        "runsync: workflow event -> input -> template -> set_output, each run recorded "
+        f"(created, then finished) in SQLite; LIBFLOW_LOG_LEVEL={LOG_LEVEL}, "
+        "LIBFLOW_API_KEY_CACHE_SECONDS default (5); the baseline parses the body and answers "
+        "the same JSON without middleware or database",
+    ]
+    return Report(rows, notes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark, or serve the baseline with ``serve-baseline --port P``."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    sub = parser.add_subparsers(dest="command")
+    serve = sub.add_parser("serve-baseline", help="serve the bare aiohttp baseline")
+    serve.add_argument("--port", type=int, required=True)
+    args = parser.parse_args(argv)
+    if args.command == "serve-baseline":
+        serve_baseline(args.port)
+        return 0
+    return run_alone(NAME, run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
