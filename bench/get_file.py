@@ -61,11 +61,16 @@ def _latency_ms(text: str, percentile: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
-def wrk(url: str, seconds: int, headers: dict[str, str] | None = None) -> WrkRun:
-    """One ``wrk --latency`` run on WRK_CPU; fails on any non-2xx answer or socket error."""
+def wrk(
+    url: str, seconds: int, headers: dict[str, str] | None = None, script: Path | None = None
+) -> WrkRun:
+    """One ``wrk --latency`` run on WRK_CPU (with a Lua ``script`` for POSTs); fails on any
+    non-2xx answer or socket error."""
     if shutil.which("wrk") is None:
         raise BenchError("wrk is not installed: apt-get install -y wrk")
     cmd = ["wrk", f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "--latency"]
+    if script is not None:
+        cmd += ["-s", str(script)]
     for name, value in (headers or {}).items():
         cmd += ["-H", f"{name}: {value}"]
     done = subprocess.run(

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -33,7 +31,6 @@ from bench._common import (
     free_port,
     libflow_env,
     libflow_server,
-    pinned,
     request_json,
     run_alone,
     server,
@@ -45,8 +42,7 @@ from bench.get_file import (
     THREADS,
     WARMUP_SECONDS,
     WRK_CPU,
-    WrkRun,
-    _latency_ms,
+    wrk,
 )
 
 NAME = "runsync"
@@ -118,35 +114,6 @@ def lua_script(path: Path, body: bytes) -> Path:
     return path
 
 
-def wrk_post(url: str, seconds: int, script: Path, headers: dict[str, str] | None = None) -> WrkRun:
-    """``wrk --latency -s script`` on WRK_CPU; fails on any non-2xx answer or socket error."""
-    if shutil.which("wrk") is None:
-        raise BenchError("wrk is not installed: apt-get install -y wrk")
-    cmd = ["wrk", f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "--latency"]
-    cmd += ["-s", str(script)]
-    for name, value in (headers or {}).items():
-        cmd += ["-H", f"{name}: {value}"]
-    done = subprocess.run(
-        pinned(WRK_CPU, [*cmd, url]),
-        capture_output=True,
-        text=True,
-        timeout=seconds + 30,
-        check=False,
-    )
-    out = done.stdout
-    if done.returncode != 0:
-        raise BenchError(f"wrk failed ({done.returncode}): {done.stderr.strip()}")
-    if "Non-2xx or 3xx responses" in out or "Socket errors" in out:
-        raise BenchError(f"wrk saw failed requests:\n{out}")
-    rps = re.search(r"^Requests/sec:\s+([\d.]+)", out, re.MULTILINE)
-    total = re.search(r"^\s*(\d+) requests in", out, re.MULTILINE)
-    if rps is None or total is None:
-        raise BenchError(f"unexpected wrk output:\n{out}")
-    return WrkRun(
-        float(rps.group(1)), _latency_ms(out, "50"), _latency_ms(out, "99"), int(total.group(1))
-    )
-
-
 def _check_answer(url: str, key: str | None) -> None:
     """One request by hand: the server answers the expected body (wrk only sees statuses)."""
     answer = request_json("POST", url, body=BODY, api_key=key)
@@ -195,10 +162,10 @@ def run() -> Report:
                 auth = {"Authorization": key}
                 _check_answer(baseline_url, None)
                 _check_answer(base + path, key)
-                wrk_post(baseline_url, WARMUP_SECONDS, script)
-                wrk_post(base + path, WARMUP_SECONDS, script, auth)
-                bare = wrk_post(baseline_url, DURATION_SECONDS, script)
-                libflow = wrk_post(base + path, DURATION_SECONDS, script, auth)
+                wrk(baseline_url, WARMUP_SECONDS, script=script)
+                wrk(base + path, WARMUP_SECONDS, auth, script)
+                bare = wrk(baseline_url, DURATION_SECONDS, script=script)
+                libflow = wrk(base + path, DURATION_SECONDS, auth, script)
             recorded = _runs_recorded(base, project, key, workflow_id)
             if recorded == 0:
                 raise BenchError("no run was recorded")
