@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
-from arq import create_pool
 from arq.connections import ArqRedis, RedisSettings
 from arq.worker import Retry
 from redis.exceptions import RedisError
@@ -115,11 +114,20 @@ class InProcessJobQueue:
 
 @asynccontextmanager
 async def open_arq_pool(url: str) -> AsyncIterator[ArqRedis]:
-    """An arq pool with libflow's JSON serializer, closed on exit."""
-    pool = await create_pool(
-        redis_settings(url), job_serializer=serialize_job, job_deserializer=deserialize_job
-    )
+    """An arq pool with libflow's JSON serializer, closed on exit.
+
+    It connects lazily (arq's create_pool pings and gives up after its retries): the
+    API starts while Redis is down, answers 503 where it needs the queue, reports it in
+    /readyz, and recovers by itself when Redis is back.
+    """
+    pool = ArqRedis.from_url(url, socket_connect_timeout=2)
+    pool.job_serializer = serialize_job
+    pool.job_deserializer = deserialize_job
     try:
+        try:
+            await pool.ping()
+        except (RedisError, OSError) as err:
+            logger.warning("Redis is unreachable at start-up, jobs wait for it: %r", err)
         yield pool
     finally:
         await pool.aclose()

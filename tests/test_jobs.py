@@ -85,3 +85,30 @@ async def test_finalize_while_the_queue_is_down_is_503_and_loses_nothing(
     assert response.status == 200
     processed = await wait_until_processed(api, created["documentId"])
     assert processed["processing"]["status"] == "done"
+
+
+async def test_the_server_starts_while_redis_is_down_and_recovers(
+    start_app: ClientFactory, tmp_path: Path, private_redis: PrivateRedis
+) -> None:
+    await asyncio.to_thread(private_redis.stop)
+    settings = base_settings(tmp_path, redis_url=private_redis.url)
+    client = await start_app(settings)
+    project_id, key = await new_project()
+    api = Api(client, Shape("redis", settings), project_id, key)
+
+    ready = await client.get("/readyz")
+    assert ready.status == 503
+    assert (await ready.json())["details"]["redis"].startswith("unavailable")
+    created = await create_record(api, name="a.txt", file_type="txt")
+    async with put_bytes(api, created, b"some text") as response:
+        assert response.status == 200
+    response = await api.call("POST", "/files:complete", json={"path": created["path"]})
+    assert response.status == 503
+    assert (await response.json())["error"] == "UNAVAILABLE"
+
+    await asyncio.to_thread(private_redis.start)
+    assert (await client.get("/readyz")).status == 200
+    response = await api.call("POST", "/files:complete", json={"path": created["path"]})
+    assert response.status == 200
+    processed = await wait_until_processed(api, created["documentId"])
+    assert processed["processing"]["status"] == "done"

@@ -83,8 +83,8 @@ async def test_readyz_checks_redis_too_on_scaled_shape(
 async def test_readyz_is_503_when_redis_goes_away(
     start_app: ClientFactory, tmp_path: Path, private_redis: PrivateRedis
 ) -> None:
-    # The app refuses to start without Redis (arq's pool retries, then raises), so Redis
-    # is stopped under a running app, as when the Redis host fails.
+    # Redis stops under a running app, as when the Redis host fails (a start while it is
+    # down is tested in test_jobs).
     client = await start_app(base_settings(tmp_path, redis_url=private_redis.url))
     assert (await client.get("/readyz")).status == 200
 
