@@ -122,6 +122,38 @@ def _prepare_file(base: str, project: str, key: str) -> dict[str, Any]:
     raise BenchError("the benchmark file was not processed in time")
 
 
+def wrk_comparison(
+    name: str, what: str, ours: WrkRun, bare: WrkRun, ratio_goal: float
+) -> list[Result]:
+    """Throughput (with its ratio goal) and p50/p99 latency of ``ours`` beside the bare handler."""
+    return [
+        Result(
+            name,
+            f"{what} throughput",
+            ours.requests_per_second,
+            "req/s",
+            baseline=bare.requests_per_second,
+            baseline_label="bare aiohttp",
+            goal=f">= {ratio_goal}x",
+            met=ours.requests_per_second / bare.requests_per_second >= ratio_goal,
+        ),
+        *(
+            Result(
+                name,
+                f"{what} {label} latency",
+                value,
+                "ms",
+                baseline=baseline,
+                baseline_label="bare aiohttp",
+            )
+            for label, value, baseline in (
+                ("p50", ours.p50_ms, bare.p50_ms),
+                ("p99", ours.p99_ms, bare.p99_ms),
+            )
+        ),
+    ]
+
+
 def run() -> Report:
     """Warm both servers up, then measure the bare baseline and libflow back to back."""
     work = Path(tempfile.mkdtemp(prefix="libflow-bench-get-"))
@@ -162,35 +194,7 @@ def run() -> Report:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    ratio = libflow.requests_per_second / bare.requests_per_second
-    rows = [
-        Result(
-            NAME,
-            "GET files/:id throughput",
-            libflow.requests_per_second,
-            "req/s",
-            baseline=bare.requests_per_second,
-            baseline_label="bare aiohttp",
-            goal=f">= {RATIO_GOAL}x",
-            met=ratio >= RATIO_GOAL,
-        ),
-        Result(
-            NAME,
-            "GET files/:id p50 latency",
-            libflow.p50_ms,
-            "ms",
-            baseline=bare.p50_ms,
-            baseline_label="bare aiohttp",
-        ),
-        Result(
-            NAME,
-            "GET files/:id p99 latency",
-            libflow.p99_ms,
-            "ms",
-            baseline=bare.p99_ms,
-            baseline_label="bare aiohttp",
-        ),
-    ]
+    rows = wrk_comparison(NAME, "GET files/:id", libflow, bare, RATIO_GOAL)
     notes = [
         f"get_file: wrk -t{THREADS} -c{CONNECTIONS} -d{DURATION_SECONDS}s --latency on CPU "
         f"{WRK_CPU} after a {WARMUP_SECONDS}s warm-up each; both servers on CPU {SERVER_CPU}; "

@@ -26,7 +26,6 @@ from bench._common import (
     PYTHON,
     BenchError,
     Report,
-    Result,
     create_project,
     free_port,
     libflow_env,
@@ -43,6 +42,7 @@ from bench.get_file import (
     WARMUP_SECONDS,
     WRK_CPU,
     wrk,
+    wrk_comparison,
 )
 
 NAME = "runsync"
@@ -172,35 +172,7 @@ def run() -> Report:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    ratio = libflow.requests_per_second / bare.requests_per_second
-    rows = [
-        Result(
-            NAME,
-            "runsync 3-node throughput",
-            libflow.requests_per_second,
-            "req/s",
-            baseline=bare.requests_per_second,
-            baseline_label="bare aiohttp",
-            goal=f">= {RATIO_GOAL}x",
-            met=ratio >= RATIO_GOAL,
-        ),
-        Result(
-            NAME,
-            "runsync 3-node p50 latency",
-            libflow.p50_ms,
-            "ms",
-            baseline=bare.p50_ms,
-            baseline_label="bare aiohttp",
-        ),
-        Result(
-            NAME,
-            "runsync 3-node p99 latency",
-            libflow.p99_ms,
-            "ms",
-            baseline=bare.p99_ms,
-            baseline_label="bare aiohttp",
-        ),
-    ]
+    rows = wrk_comparison(NAME, "runsync 3-node", libflow, bare, RATIO_GOAL)
     notes = [
         f"runsync: wrk -t{THREADS} -c{CONNECTIONS} -d{DURATION_SECONDS}s --latency -s (POST "
         f"{len(body)}-byte JSON body) on CPU {WRK_CPU} after a {WARMUP_SECONDS}s warm-up each; "
