@@ -6,18 +6,19 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 from aiohttp import ClientSession, ClientTimeout, web
 from prometheus_client import CollectorRegistry
 
 from libflow import appkeys
-from libflow.api import library, ops, storage, workflows
+from libflow.api import library, ops, storage, webhooks, workflows
 from libflow.auth import api_key_middleware
 from libflow.callers import ApiKeyCache
 from libflow.db import open_database
 from libflow.errors import error_middleware
 from libflow.file_lookup import open_file_lookup
-from libflow.jobs import ArqJobQueue, InProcessJobQueue, JobFunction, open_arq_pool
+from libflow.jobs import ArqJobQueue, InProcessJobQueue, JobFunction, JobQueue, open_arq_pool
 from libflow.logs import request_log_middleware
 from libflow.metrics import HttpMetrics, metrics_middleware
 from libflow.models import LibraryFile, ProcessingStatus, Project
@@ -26,6 +27,11 @@ from libflow.storage.factory import open_storage
 from libflow.storage.local import LocalStorage
 from settings import Settings
 from workers.context import RESOURCES, JobResources
+from workers.deliveries import (
+    requeue_pending_deliveries,
+    settle_interrupted_deliveries,
+    sweep_deliveries,
+)
 from workers.embeddings import open_embedder
 from workers.files import process_file, recover_stuck_files, remove_abandoned_uploads
 from workers.reembed import reembed_stale_chunks
@@ -34,6 +40,7 @@ logger = logging.getLogger("libflow.app")
 
 ABANDONED_SWEEP_SECONDS = 3600
 RECOVERY_SWEEP_SECONDS = 60
+DELIVERY_SWEEP_SECONDS = 10
 SHUTDOWN_GRACE_SECONDS = 10
 
 
@@ -71,9 +78,7 @@ async def _jobs(app: web.Application) -> AsyncIterator[None]:
             yield
         return
     queue = InProcessJobQueue({}, settings.job_concurrency)
-    queue.context[RESOURCES] = JobResources(
-        settings=settings, storage=app[appkeys.STORAGE], embedder=app[appkeys.EMBEDDER], jobs=queue
-    )
+    queue.context[RESOURCES] = job_resources_of(app, queue)
     app[appkeys.JOBS] = queue
     # Nothing else runs these jobs in the embedded shape: pick up what a stop interrupted.
     unfinished = LibraryFile.filter(
@@ -83,7 +88,11 @@ async def _jobs(app: web.Application) -> AsyncIterator[None]:
     for file_id in await unfinished.values_list("id", flat=True):
         await queue.enqueue(process_file, file_id)
     await queue.enqueue(reembed_stale_chunks)  # the embedder may have changed since
+    # This process was the only one running deliveries: what it left claimed was cut off.
+    await settle_interrupted_deliveries(stale_after=timedelta(0))
+    await requeue_pending_deliveries(queue, older_than=timedelta(0))
     timers = [
+        asyncio.create_task(_every(queue, sweep_deliveries, DELIVERY_SWEEP_SECONDS)),
         asyncio.create_task(_every(queue, remove_abandoned_uploads, ABANDONED_SWEEP_SECONDS)),
         asyncio.create_task(_every(queue, recover_stuck_files, RECOVERY_SWEEP_SECONDS)),
     ]
@@ -96,6 +105,19 @@ async def _jobs(app: web.Application) -> AsyncIterator[None]:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(queue.join()), SHUTDOWN_GRACE_SECONDS)
         await queue.close()
+
+
+def job_resources_of(app: web.Application, jobs: JobQueue) -> JobResources:
+    """What jobs run by this process find in their context: the app's own clients."""
+    return JobResources(
+        settings=app[appkeys.SETTINGS],
+        storage=app[appkeys.STORAGE],
+        embedder=app[appkeys.EMBEDDER],
+        jobs=jobs,
+        http=app[appkeys.HTTP_CLIENT],
+        vectors=app[appkeys.VECTOR_INDEX],
+        file_lookup=app[appkeys.FILE_LOOKUP],
+    )
 
 
 async def _every(queue: InProcessJobQueue, job: JobFunction, seconds: float) -> None:
@@ -128,10 +150,11 @@ def create_app(settings: Settings) -> web.Application:
     app[appkeys.API_KEYS] = ApiKeyCache(settings.api_key_cache_seconds)
     app[appkeys.METRICS_REGISTRY] = registry
     app[appkeys.METRICS] = metrics
-    app.cleanup_ctx.extend([_database, _storage, _embedder, _jobs, _http_client])
+    app.cleanup_ctx.extend([_database, _storage, _embedder, _http_client, _jobs])
     app[appkeys.VECTOR_INDEX] = VectorIndex()
     app.add_routes(library.routes)
     app.add_routes(workflows.routes)
+    app.add_routes(webhooks.routes)
     app.add_routes(storage.routes)
     app.add_routes(ops.routes)
     return app

@@ -75,12 +75,22 @@ class InProcessJobQueue:
         self.context = context
         self._slots = asyncio.Semaphore(concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._queued_ids: set[str] = set()
 
     async def enqueue(self, job: JobFunction, *args: Any, job_id: str | None = None) -> None:
-        """Start the job now; it waits for a free slot."""
+        """Start the job now; it waits for a free slot.
+
+        As with arq, a job whose ``job_id`` is already queued or running is not queued again.
+        """
+        if job_id is not None:
+            if job_id in self._queued_ids:
+                return
+            self._queued_ids.add(job_id)
         task = asyncio.create_task(self._run(job, args, job_id or job.__name__))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if job_id is not None:
+            task.add_done_callback(lambda _: self._queued_ids.discard(job_id))
 
     async def _run(self, job: JobFunction, args: tuple[Any, ...], job_id: str) -> None:
         for job_try in range(1, MAX_TRIES + 1):

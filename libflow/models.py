@@ -217,3 +217,73 @@ class WorkflowRun(Model):
     class Meta:
         table = "workflow_runs"
         indexes = (("workflow_id", "started_at"),)
+
+
+class Webhook(Model):
+    """An inbound webhook of a workflow: its receiver URL, signature scheme and secrets.
+
+    A rotated secret stays in ``previous_secret`` until ``previous_expires_at``. A deleted
+    webhook keeps its row (``deleted_at``) so deliveries it accepted still run.
+    """
+
+    id = fields.CharField(primary_key=True, max_length=32, default=new_id)
+    project: fields.ForeignKeyRelation[Project] = fields.ForeignKeyField(
+        "models.Project", related_name="webhooks", on_delete=fields.CASCADE
+    )
+    workflow: fields.ForeignKeyRelation[Workflow] = fields.ForeignKeyField(
+        "models.Workflow", related_name="webhooks", on_delete=fields.CASCADE
+    )
+    event = fields.CharField(max_length=200)
+    scheme = fields.CharField(max_length=16)
+    secret = fields.CharField(max_length=200)
+    previous_secret = fields.CharField(max_length=200, null=True)
+    previous_expires_at = fields.DatetimeField(null=True)
+    created_at = fields.DatetimeField(auto_now_add=True)
+    deleted_at = fields.DatetimeField(null=True)
+
+    project_id: str
+    workflow_id: str
+
+    class Meta:
+        table = "webhooks"
+        indexes = (("workflow_id", "created_at"),)
+
+
+class DeliveryStatus(StrEnum):
+    """Where an accepted webhook delivery is: queued, running its workflow, or finished."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class WebhookDelivery(Model):
+    """One accepted delivery, committed before the sender hears 200: the durable inbox.
+
+    ``external_id`` is the sender's delivery id, unique per webhook, so a repeated
+    delivery is acknowledged again and runs once.
+    """
+
+    id = fields.CharField(primary_key=True, max_length=32, default=new_id)
+    webhook: fields.ForeignKeyRelation[Webhook] = fields.ForeignKeyField(
+        "models.Webhook", related_name="deliveries", on_delete=fields.CASCADE
+    )
+    project_id = fields.CharField(max_length=32)
+    external_id = fields.CharField(max_length=255)
+    status = fields.CharEnumField(DeliveryStatus, max_length=16, default=DeliveryStatus.PENDING)
+    body = fields.BinaryField()
+    headers: fields.Field[dict[str, str]] = fields.JSONField(default=dict)
+    attempts = fields.IntField(default=0)
+    run_id = fields.CharField(max_length=32, null=True)
+    error: fields.Field[dict[str, Any] | None] = fields.JSONField(null=True)
+    received_at = fields.DatetimeField(auto_now_add=True)
+    started_at = fields.DatetimeField(null=True)
+    finished_at = fields.DatetimeField(null=True)
+
+    webhook_id: str
+
+    class Meta:
+        table = "webhook_deliveries"
+        unique_together = (("webhook_id", "external_id"),)
+        indexes = (("webhook_id", "received_at"), ("status", "received_at"))

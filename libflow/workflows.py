@@ -10,8 +10,8 @@ from tortoise.transactions import in_transaction
 
 from libflow.engine import NodeServices, RunResult, WorkflowDefinition, parse_definition
 from libflow.engine import WorkflowRun as EngineRun
-from libflow.errors import NotFound
-from libflow.ids import utcnow
+from libflow.errors import LibflowError, NotFound
+from libflow.ids import new_id, utcnow
 from libflow.models import Workflow, WorkflowRun, WorkflowVersion
 
 MAX_RUNS_LISTED = 100
@@ -118,13 +118,16 @@ async def run_version(
     inputs: dict[str, Any] | None,
     trigger: str,
     services: NodeServices,
+    run_id: str | None = None,
 ) -> tuple[WorkflowRun, RunResult]:
     """Run one version and record it; a cancelled run (client gone) is recorded as such.
 
     An unknown event or invalid inputs raise before anything runs or is recorded.
+    ``run_id`` lets a caller name the record before it exists (webhook deliveries do).
     """
     run = EngineRun(definition_of(version), event=event, inputs=inputs, services=services)
     record = await WorkflowRun.create(
+        id=run_id or new_id(),
         workflow=workflow,
         project_id=workflow.project_id,
         version=version.number,
@@ -142,6 +145,37 @@ async def run_version(
     # Shielded too: a client leaving during this save must not leave the run "running".
     await asyncio.shield(_save_result(record, result))
     return record, result
+
+
+async def record_refused_run(
+    workflow: Workflow,
+    version: WorkflowVersion,
+    *,
+    event: str,
+    inputs: dict[str, Any] | None,
+    trigger: str,
+    error: LibflowError,
+    run_id: str | None = None,
+) -> WorkflowRun:
+    """Record a run that never started (unknown event, invalid inputs) as failed.
+
+    runsync answers such a caller with the error itself; a webhook delivery has
+    nobody to answer, so its run record is where the error shows.
+    """
+    now = utcnow()
+    return await WorkflowRun.create(
+        id=run_id or new_id(),
+        workflow=workflow,
+        project_id=workflow.project_id,
+        version=version.number,
+        event=event,
+        trigger=trigger,
+        status="failed",
+        status_code=error.status,
+        inputs=inputs or {},
+        error={"code": error.code, "node": None, "message": error.message},
+        finished_at=now,
+    )
 
 
 async def _save_result(record: WorkflowRun, result: RunResult) -> None:

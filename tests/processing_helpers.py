@@ -13,12 +13,13 @@ from arq.worker import Worker
 from PIL import Image
 
 from libflow import appkeys
+from libflow.app import job_resources_of
 from libflow.files import finalize_upload
 from libflow.jobs import InProcessJobQueue, JobFunction
 from libflow.storage import ObjectInfo, Storage, StorageError
 from tests.conftest import Api, create_record, fixture_bytes, put_bytes, wait_until_processed
 from tests.library_helpers import link
-from workers.context import RESOURCES, JobResources
+from workers.context import RESOURCES
 from workers.settings import worker_settings
 
 
@@ -74,14 +75,7 @@ def job_context(api: Api) -> dict[str, Any]:
     queue = app[appkeys.JOBS]
     if isinstance(queue, InProcessJobQueue):
         return queue.context
-    return {
-        RESOURCES: JobResources(
-            settings=app[appkeys.SETTINGS],
-            storage=app[appkeys.STORAGE],
-            embedder=app[appkeys.EMBEDDER],
-            jobs=queue,
-        )
-    }
+    return {RESOURCES: job_resources_of(app, queue)}
 
 
 @dataclass

@@ -6,14 +6,19 @@ import logging
 from contextlib import AsyncExitStack
 from typing import Any
 
+from aiohttp import ClientSession, ClientTimeout
 from arq.cron import CronJob, cron
 from arq.worker import func
 
 from libflow.db import open_database
+from libflow.engine.definition import MAX_TIMEOUT_SECONDS
+from libflow.file_lookup import open_file_lookup
 from libflow.jobs import MAX_TRIES, ArqJobQueue, deserialize_job, redis_settings, serialize_job
+from libflow.search import VectorIndex
 from libflow.storage.factory import open_storage
 from settings import Settings, settings_from_env
 from workers.context import RESOURCES, JobResources
+from workers.deliveries import deliver_webhook, sweep_deliveries
 from workers.embeddings import open_embedder
 from workers.files import (
     PROCESS_FILE_TIMEOUT,
@@ -25,7 +30,11 @@ from workers.reembed import reembed_stale_chunks
 
 logger = logging.getLogger("libflow.worker")
 
-FUNCTIONS = [func(process_file, timeout=PROCESS_FILE_TIMEOUT)]
+FUNCTIONS = [
+    func(process_file, timeout=PROCESS_FILE_TIMEOUT),
+    # A run times out by itself after MAX_TIMEOUT_SECONDS: arq's limit only backs it up.
+    func(deliver_webhook, timeout=MAX_TIMEOUT_SECONDS + 60),
+]
 _EXIT_STACK = "exit_stack"
 
 
@@ -38,8 +47,15 @@ async def startup(ctx: dict[str, Any]) -> None:
     await stack.enter_async_context(open_database(settings.resolved_database_url))
     storage = await stack.enter_async_context(open_storage(settings))
     embedder = await stack.enter_async_context(open_embedder(settings))
+    http = await stack.enter_async_context(ClientSession(timeout=ClientTimeout(total=30)))
     ctx[RESOURCES] = JobResources(
-        settings=settings, storage=storage, embedder=embedder, jobs=ArqJobQueue(ctx["redis"])
+        settings=settings,
+        storage=storage,
+        embedder=embedder,
+        jobs=ArqJobQueue(ctx["redis"]),
+        http=http,
+        vectors=VectorIndex(),
+        file_lookup=stack.enter_context(open_file_lookup(settings.resolved_database_url)),
     )
     logger.info("worker ready")
 
@@ -58,6 +74,8 @@ def cron_jobs() -> list[CronJob]:
         cron(recover_stuck_files),  # every minute; arq runs each tick once across workers
         # At start-up too: a worker starting with a new embedder re-embeds the index.
         cron(reembed_stale_chunks, minute={7, 37}, run_at_startup=True),
+        # Deliveries accepted while Redis was down wait in the inbox for this sweep.
+        cron(sweep_deliveries, second=set(range(0, 60, 10)), run_at_startup=True),
     ]
 
 

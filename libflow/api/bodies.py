@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
@@ -55,6 +55,13 @@ class PublishVersionBody(Body):
     definition: dict[str, Any]
 
 
+class CreateWebhookBody(Body):
+    """``POST .../workflows/:workflowId/webhooks``."""
+
+    event: Annotated[str, StringConstraints(min_length=1, max_length=200)] = "webhook"
+    scheme: Literal["standard", "github", "stripe"] = "standard"
+
+
 class RunSyncBody(Body):
     """``POST .../workflows/:workflowId/runsync`` (operation 8 of the spec)."""
 
@@ -84,3 +91,20 @@ async def parse_body(request: web.Request, model: type[BodyT]) -> BodyT:
         ]
         fields = ", ".join(d["field"] for d in details)
         raise ValidationFailed(f"invalid request body: {fields}", details=details) from err
+
+
+def query_limit(request: web.Request, *, default: int, maximum: int) -> int:
+    """The ``limit`` query parameter: ``default`` when absent, 1..``maximum`` when given."""
+    raw = request.query.get("limit")
+    if raw is None:
+        return default
+    try:
+        limit = int(raw)
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= maximum:
+        raise ValidationFailed(
+            f"limit must be an integer from 1 to {maximum}",
+            details=[{"field": "limit", "problem": f"not an integer in 1..{maximum}"}],
+        )
+    return limit

@@ -7,7 +7,13 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from libflow import appkeys, files, folders, search
-from libflow.api.bodies import CreateFileBody, CreateFolderBody, FinalizeBody, parse_body
+from libflow.api.bodies import (
+    CreateFileBody,
+    CreateFolderBody,
+    FinalizeBody,
+    parse_body,
+    query_limit,
+)
 from libflow.api.render import file_detail_json, file_json, folder_json, hit_json
 from libflow.auth import CALLER
 from libflow.errors import ValidationFailed
@@ -82,26 +88,10 @@ async def finalize_upload(request: web.Request) -> web.Response:
     return web.json_response(file_detail_json(file))
 
 
-def _limit(request: web.Request, *, default: int, maximum: int) -> int:
-    raw = request.query.get("limit")
-    if raw is None:
-        return default
-    try:
-        limit = int(raw)
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= maximum:
-        raise ValidationFailed(
-            f"limit must be an integer from 1 to {maximum}",
-            details=[{"field": "limit", "problem": f"not an integer in 1..{maximum}"}],
-        )
-    return limit
-
-
 @routes.get(f"{PREFIX}/files")
 async def list_files(request: web.Request) -> web.Response:
     """List files newest first; a Link header points at the next page."""
-    limit = _limit(request, default=MAX_PAGE, maximum=MAX_PAGE)
+    limit = query_limit(request, default=MAX_PAGE, maximum=MAX_PAGE)
     folder_id = request.query.get("dir") or None
     page, next_cursor = await files.list_files(
         _project(request), folder_id=folder_id, limit=limit, cursor=request.query.get("cursor")
@@ -172,7 +162,7 @@ async def search_library(request: web.Request) -> web.Response:
             "q is required: the text to search for",
             details=[{"field": "q", "problem": "missing or empty"}],
         )
-    limit = _limit(request, default=10, maximum=MAX_SEARCH_RESULTS)
+    limit = query_limit(request, default=10, maximum=MAX_SEARCH_RESULTS)
     project_id = _project(request)
     folder = request.query.get("dir") or None
     if folder is not None:

@@ -6,13 +6,12 @@ from typing import Any
 
 from aiohttp import web
 
-from libflow import appkeys, search, workflows
+from libflow import appkeys, workflows
 from libflow.api.bodies import CreateWorkflowBody, PublishVersionBody, RunSyncBody, parse_body
-from libflow.api.render import hit_json
 from libflow.engine import NodeServices
-from libflow.files import file_text
 from libflow.ids import iso
 from libflow.models import Workflow, WorkflowRun, WorkflowVersion
+from libflow.node_services import node_services
 
 routes = web.RouteTableDef()
 PROJECT = "/api/publicv1/projects/{projectId}"
@@ -121,28 +120,16 @@ async def get_run(request: web.Request) -> web.Response:
     return web.json_response(run_json(run))
 
 
-def node_services(app: web.Application, project_id: str) -> NodeServices:
-    """What a run's nodes may reach, scoped to one project."""
-
-    async def search_library(query: str, limit: int) -> list[dict[str, Any]]:
-        hits = await search.search(
-            project_id,
-            query,
-            limit=limit,
-            folder=None,
-            embedder=app[appkeys.EMBEDDER],
-            vectors=app[appkeys.VECTOR_INDEX],
-        )
-        return [hit_json(hit) for hit in hits]
-
-    async def library_file_text(file_id: str) -> dict[str, Any]:
-        return await file_text(app[appkeys.STORAGE], app[appkeys.FILE_LOOKUP], project_id, file_id)
-
-    return NodeServices(
+def run_services(app: web.Application, project_id: str) -> NodeServices:
+    """The node services of a run in this process."""
+    return node_services(
+        project_id,
+        settings=app[appkeys.SETTINGS],
         http=app[appkeys.HTTP_CLIENT],
-        allow_private_addresses=app[appkeys.SETTINGS].http_allow_private,
-        search_library=search_library,
-        file_text=library_file_text,
+        storage=app[appkeys.STORAGE],
+        embedder=app[appkeys.EMBEDDER],
+        vectors=app[appkeys.VECTOR_INDEX],
+        file_lookup=app[appkeys.FILE_LOOKUP],
     )
 
 
@@ -159,6 +146,6 @@ async def run_sync(request: web.Request) -> web.Response:
         event=body.runEvent,
         inputs=body.inputs,
         trigger="api",
-        services=node_services(request.app, project_id),
+        services=run_services(request.app, project_id),
     )
     return web.json_response(result.response_body(), status=result.status_code)

@@ -1,0 +1,126 @@
+"""Handlers of webhooks: their management, their deliveries, and the receiver."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from libflow import appkeys, webhooks
+from libflow.api.bodies import CreateWebhookBody, parse_body, query_limit
+from libflow.errors import PayloadTooLarge
+from libflow.ids import iso
+from libflow.models import Webhook, WebhookDelivery
+from workers.deliveries import enqueue_delivery
+
+routes = web.RouteTableDef()
+PROJECT = "/api/publicv1/projects/{projectId}"
+WEBHOOK = f"{PROJECT}/webhooks/{{webhookId}}"
+RECEIVER = "/webhooks/{webhookId}"
+
+
+def _project(request: web.Request) -> str:
+    return request.match_info["projectId"]
+
+
+def webhook_json(webhook: Webhook, public_base_url: str, *, with_secret: bool) -> dict[str, Any]:
+    """A webhook record; the secret only where it was just made (create, rotate)."""
+    body: dict[str, Any] = {
+        "webhookId": webhook.id,
+        "url": f"{public_base_url.rstrip('/')}/webhooks/{webhook.id}",
+        "scheme": webhook.scheme,
+        "event": webhook.event,
+        "workflowId": webhook.workflow_id,
+        "createdDate": iso(webhook.created_at),
+    }
+    if with_secret:
+        body["secret"] = webhook.secret
+        body["previousSecretExpiresDate"] = iso(webhook.previous_expires_at)
+    return body
+
+
+def delivery_json(delivery: WebhookDelivery) -> dict[str, Any]:
+    """A delivery as the deliveries list shows it (without its body)."""
+    return {
+        "deliveryId": delivery.id,
+        "webhookId": delivery.webhook_id,
+        "externalId": delivery.external_id,
+        "status": delivery.status,
+        "attempts": delivery.attempts,
+        "runId": delivery.run_id,
+        "error": delivery.error,
+        "receivedDate": iso(delivery.received_at),
+        "startedDate": iso(delivery.started_at),
+        "finishedDate": iso(delivery.finished_at),
+    }
+
+
+def _render(request: web.Request, webhook: Webhook, *, with_secret: bool) -> dict[str, Any]:
+    base_url = request.app[appkeys.SETTINGS].resolved_public_base_url
+    return webhook_json(webhook, base_url, with_secret=with_secret)
+
+
+@routes.post(f"{PROJECT}/workflows/{{workflowId}}/webhooks")
+async def create_webhook(request: web.Request) -> web.Response:
+    """Add a webhook trigger to a workflow; the answer holds its secret."""
+    body = await parse_body(request, CreateWebhookBody)
+    webhook = await webhooks.create_webhook(
+        _project(request), request.match_info["workflowId"], scheme=body.scheme, event=body.event
+    )
+    return web.json_response(_render(request, webhook, with_secret=True), status=201)
+
+
+@routes.get(f"{PROJECT}/workflows/{{workflowId}}/webhooks")
+async def list_webhooks(request: web.Request) -> web.Response:
+    """The workflow's webhooks."""
+    found = await webhooks.list_webhooks(_project(request), request.match_info["workflowId"])
+    return web.json_response([_render(request, w, with_secret=False) for w in found])
+
+
+@routes.get(WEBHOOK)
+async def get_webhook(request: web.Request) -> web.Response:
+    """One webhook."""
+    webhook = await webhooks.get_webhook(_project(request), request.match_info["webhookId"])
+    return web.json_response(_render(request, webhook, with_secret=False))
+
+
+@routes.delete(WEBHOOK)
+async def delete_webhook(request: web.Request) -> web.Response:
+    """Stop accepting deliveries (those accepted still run)."""
+    await webhooks.delete_webhook(_project(request), request.match_info["webhookId"])
+    return web.Response(status=204)
+
+
+@routes.post(f"{WEBHOOK}/rotate")
+async def rotate_secret(request: web.Request) -> web.Response:
+    """A new secret; the previous one keeps verifying for 24 hours."""
+    webhook = await webhooks.rotate_secret(_project(request), request.match_info["webhookId"])
+    return web.json_response(_render(request, webhook, with_secret=True))
+
+
+@routes.get(f"{WEBHOOK}/deliveries")
+async def list_deliveries(request: web.Request) -> web.Response:
+    """The webhook's latest deliveries, newest first."""
+    limit = query_limit(request, default=100, maximum=webhooks.MAX_DELIVERIES_LISTED)
+    found = await webhooks.list_deliveries(
+        _project(request), request.match_info["webhookId"], limit
+    )
+    return web.json_response([delivery_json(d) for d in found])
+
+
+@routes.post(RECEIVER)
+async def receive(request: web.Request) -> web.Response:
+    """Operation 9: verify, commit to the inbox, then queue the run; 200 once committed."""
+    limit = webhooks.MAX_DELIVERY_BYTES
+    if (request.content_length or 0) > limit:
+        raise PayloadTooLarge(f"a delivery may hold at most {limit} bytes")
+    body = await request.read()  # the app's client_max_size bounds a chunked body too
+    if len(body) > limit:
+        raise PayloadTooLarge(f"a delivery may hold at most {limit} bytes")
+    delivery = await webhooks.receive_delivery(
+        request.match_info["webhookId"], request.headers, body
+    )
+    if delivery.status == "pending":
+        # Redis down: the delivery stays in the inbox and the sweep queues it later.
+        await enqueue_delivery(request.app[appkeys.JOBS], delivery.id)
+    return web.json_response({"ok": True})
