@@ -88,9 +88,7 @@ async def deliver(
     api: Api, webhook_id: str, body: bytes, headers: dict[str, str]
 ) -> ClientResponse:
     """POST a delivery to the receiver, as the sender would (no API key)."""
-    return await api.client.post(
-        f"/webhooks/{webhook_id}", data=io.BytesIO(body), headers=headers
-    )
+    return await api.client.post(f"/webhooks/{webhook_id}", data=io.BytesIO(body), headers=headers)
 
 
 async def deliveries_of(api: Api, webhook_id: str) -> list[dict[str, Any]]:

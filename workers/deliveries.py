@@ -10,6 +10,7 @@ rather than run a second time).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from datetime import timedelta
@@ -24,10 +25,17 @@ from libflow.engine.definition import MAX_TIMEOUT_SECONDS
 from libflow.errors import Unavailable
 from libflow.ids import new_id, utcnow
 from libflow.jobs import JobQueue
-from libflow.models import DeliveryStatus, Webhook, WebhookDelivery, Workflow, WorkflowRun
+from libflow.models import (
+    DeliveryStatus,
+    Webhook,
+    WebhookDelivery,
+    Workflow,
+    WorkflowRun,
+    WorkflowVersion,
+)
 from libflow.webhooks import payload_of
 from libflow.workflows import find_version, record_refused_run, run_version
-from workers.context import job_resources
+from workers.context import JobResources, job_resources
 
 logger = logging.getLogger("libflow.deliveries")
 
@@ -96,7 +104,35 @@ async def deliver_webhook(ctx: dict[str, Any], delivery_id: str) -> None:
             await _release(delivery_id, run_id)
         raise Retry(defer=job_try * 2) from err
     inputs = {"payload": payload_of(delivery.body), "headers": delivery.headers}
-    error: dict[str, Any] | None
+    try:
+        succeeded, error = await _run(resources, delivery, webhook, workflow, version, inputs)
+    except asyncio.CancelledError:
+        # Shutdown mid-run: the run record says "cancelled"; the delivery must not stay
+        # claimed, and is not run again (its run may have had effects already).
+        cancelled = {"code": "CANCELLED", "node": None, "message": "the worker stopped"}
+        await asyncio.shield(_finish(delivery_id, succeeded=False, error=cancelled))
+        raise
+    await _finish(delivery_id, succeeded=succeeded, error=error)
+
+
+async def _finish(delivery_id: str, *, succeeded: bool, error: dict[str, Any] | None) -> None:
+    await WebhookDelivery.filter(id=delivery_id).update(
+        status=DeliveryStatus.SUCCEEDED if succeeded else DeliveryStatus.FAILED,
+        error=error,
+        finished_at=utcnow(),
+    )
+
+
+async def _run(
+    resources: JobResources,
+    delivery: WebhookDelivery,
+    webhook: Webhook,
+    workflow: Workflow,
+    version: WorkflowVersion,
+    inputs: dict[str, Any],
+) -> tuple[bool, dict[str, Any] | None]:
+    """Run and record the delivery's workflow: (succeeded, error)."""
+    run_id = delivery.run_id
     try:
         _, result = await run_version(
             workflow,
@@ -107,8 +143,7 @@ async def deliver_webhook(ctx: dict[str, Any], delivery_id: str) -> None:
             services=resources.node_services(workflow.project_id),
             run_id=run_id,
         )
-        succeeded = result.success
-        error = result.error.to_json() if result.error else None
+        return result.success, result.error.to_json() if result.error else None
     except (UnknownEvent, InvalidInputs) as refused:
         await record_refused_run(
             workflow,
@@ -119,13 +154,7 @@ async def deliver_webhook(ctx: dict[str, Any], delivery_id: str) -> None:
             error=refused,
             run_id=run_id,
         )
-        succeeded = False
-        error = {"code": refused.code, "node": None, "message": refused.message}
-    await WebhookDelivery.filter(id=delivery_id).update(
-        status=DeliveryStatus.SUCCEEDED if succeeded else DeliveryStatus.FAILED,
-        error=error,
-        finished_at=utcnow(),
-    )
+        return False, {"code": refused.code, "node": None, "message": refused.message}
 
 
 async def sweep_deliveries(ctx: dict[str, Any]) -> None:

@@ -1,0 +1,105 @@
+"""Deliveries whose worker stopped: never lost, never run twice."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+
+from libflow.ids import new_id, utcnow
+from libflow.models import DeliveryStatus, WebhookDelivery, WorkflowRun
+from tests.conftest import Api, ClientFactory, Shape, new_project
+from tests.webhook_helpers import create_webhook, deliver, deliveries_of, event_body
+from tests.webhook_helpers import standard_headers as signed
+from tests.workflow_helpers import chain, get_run, output, runs_of
+from workers.deliveries import INTERRUPTED_AFTER, settle_interrupted_deliveries
+
+
+def slow(seconds: float) -> dict[str, object]:
+    """A webhook workflow that waits ``seconds``."""
+    wait = {"id": "wait", "type": "delay", "seconds": seconds}
+    return chain(wait, output("done", True), event="webhook")
+
+
+async def wait_for_status(api: Api, webhook_id: str, status: str) -> dict[str, object]:
+    """Poll the deliveries list until the only delivery has ``status``."""
+    deadline = time.monotonic() + 10
+    while True:
+        found = await deliveries_of(api, webhook_id)
+        if found and found[0]["status"] == status:
+            return found[0]
+        assert time.monotonic() < deadline, found
+        await asyncio.sleep(0.05)
+
+
+async def test_a_run_cut_off_by_a_shutdown_is_recorded_and_not_run_again(
+    start_app: ClientFactory, embedded: Shape
+) -> None:
+    client = await start_app(embedded.settings)
+    project_id, key = await new_project()
+    api = Api(client, embedded, project_id, key)
+    created = await create_webhook(api, slow(30))  # outlasts the shutdown's grace period
+    body = event_body()
+    await deliver(api, created["webhookId"], body, signed(created["secret"], body))
+    await wait_for_status(api, created["webhookId"], "running")
+
+    await client.close()  # the in-process queue cancels the run at shutdown
+    restarted = Api(await start_app(embedded.settings), embedded, project_id, key)
+    await restarted.run_jobs()
+
+    [delivery] = await deliveries_of(restarted, created["webhookId"])
+    assert (delivery["status"], delivery["error"]["code"]) == ("failed", "CANCELLED")
+    [run] = await runs_of(restarted, created["workflowId"])
+    assert run["status"] == "cancelled"
+
+
+async def test_a_stale_claim_whose_run_never_began_goes_back_to_the_inbox(api: Api) -> None:
+    created = await create_webhook(api)
+    body = event_body()
+    await deliver(api, created["webhookId"], body, signed(created["secret"], body))
+    await api.run_jobs()
+    [delivery] = await deliveries_of(api, created["webhookId"])
+    # As a worker leaves it when it dies between its claim and the run's first write.
+    await WebhookDelivery.filter(id=delivery["deliveryId"]).update(
+        status=DeliveryStatus.RUNNING,
+        run_id=new_id(),
+        started_at=utcnow() - INTERRUPTED_AFTER - timedelta(seconds=1),
+    )
+
+    await settle_interrupted_deliveries(INTERRUPTED_AFTER)
+
+    [settled] = await deliveries_of(api, created["webhookId"])
+    assert (settled["status"], settled["runId"]) == ("pending", None)
+
+
+async def test_a_stale_claim_whose_run_began_is_failed_with_its_run(api: Api) -> None:
+    created = await create_webhook(api)
+    body = event_body()
+    await deliver(api, created["webhookId"], body, signed(created["secret"], body))
+    await api.run_jobs()
+    [delivery] = await deliveries_of(api, created["webhookId"])
+    # As a worker leaves it when it dies mid-run.
+    await WebhookDelivery.filter(id=delivery["deliveryId"]).update(
+        status=DeliveryStatus.RUNNING,
+        started_at=utcnow() - INTERRUPTED_AFTER - timedelta(seconds=1),
+    )
+    await WorkflowRun.filter(id=delivery["runId"]).update(status="running", finished_at=None)
+
+    await settle_interrupted_deliveries(INTERRUPTED_AFTER)
+
+    [settled] = await deliveries_of(api, created["webhookId"])
+    assert (settled["status"], settled["error"]["code"]) == ("failed", "INTERRUPTED")
+    run = await get_run(api, delivery["runId"])
+    assert (run["status"], run["error"]["code"]) == ("failed", "INTERRUPTED")
+
+
+async def test_a_fresh_claim_is_left_alone(api: Api) -> None:
+    created = await create_webhook(api, slow(2))
+    body = event_body()
+    await deliver(api, created["webhookId"], body, signed(created["secret"], body))
+    await wait_for_status(api, created["webhookId"], "running")
+
+    await settle_interrupted_deliveries(INTERRUPTED_AFTER)
+
+    [delivery] = await deliveries_of(api, created["webhookId"])
+    assert delivery["status"] == "running"
