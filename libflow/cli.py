@@ -20,6 +20,7 @@ from libflow.db import open_database
 from libflow.errors import LibflowError
 from libflow.models import ApiKey, Project
 from libflow.projects import create_api_key, create_project, revoke_api_key
+from libflow.signatures import SCHEMES
 from settings import SettingsError, settings_from_env
 
 API = "/api/publicv1"
@@ -275,6 +276,25 @@ async def _workflows_push(args: argparse.Namespace) -> None:
     )
 
 
+async def _webhooks_create(args: argparse.Namespace) -> None:
+    if not args.api_key:
+        raise CliError("an API key is needed: --api-key or LIBFLOW_API_KEY")
+    # Only what the user gave: the server's defaults stay the server's.
+    body = {k: v for k, v in (("scheme", args.scheme), ("event", args.event)) if v is not None}
+    url = (
+        f"{args.url.rstrip('/')}{API}/projects/{args.project}/workflows/{args.workflow_id}/webhooks"
+    )
+    async with aiohttp.ClientSession() as session:
+        created = await _api(session, "POST", url, args.api_key, json=body)
+    _print(
+        created,
+        args.json,
+        f"webhook {created['webhookId']} ({created['scheme']}, event '{created['event']}')\n"
+        f"url:    {created['url']}\n"
+        f"secret: {created['secret']}  (shown once; keep it)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="libflow", description="libflow admin and client")
@@ -331,6 +351,30 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--api-key", default=os.environ.get("LIBFLOW_API_KEY"))
     w.add_argument("--json", action="store_true", help="print {workflowId, version} as JSON")
     w.set_defaults(run=_workflows_push)
+
+    webhooks = sub.add_parser("webhooks", help="manage webhooks through the public API")
+    h = webhooks.add_subparsers(dest="action", required=True).add_parser(
+        "create",
+        help="add a webhook to a workflow; print its URL and its secret (shown once)",
+        description="Add a webhook to WORKFLOW_ID; deliveries POSTed to its URL, signed with "
+        "its secret in the scheme's format, run the workflow from its event node. The secret "
+        "is shown once, now: the API never shows it again (rotating it through the API "
+        "makes a new one).",
+    )
+    h.add_argument("project", help="project id")
+    h.add_argument("workflow_id", metavar="WORKFLOW_ID", help="workflow id")
+    h.add_argument(
+        "--scheme", choices=SCHEMES, help="how deliveries are signed (server default: standard)"
+    )
+    h.add_argument(
+        "--event", metavar="NAME", help="event node the deliveries start (server default: webhook)"
+    )
+    h.add_argument("--url", default=os.environ.get("LIBFLOW_URL", "http://127.0.0.1:8080"))
+    h.add_argument("--api-key", default=os.environ.get("LIBFLOW_API_KEY"))
+    h.add_argument(
+        "--json", action="store_true", help="print the API's webhook record (with its secret)"
+    )
+    h.set_defaults(run=_webhooks_create)
     return parser
 
 
