@@ -17,7 +17,8 @@ from libflow.auth import api_key_middleware
 from libflow.callers import ApiKeyCache
 from libflow.db import open_database
 from libflow.errors import error_middleware
-from libflow.file_lookup import open_file_lookup
+from libflow.file_lookup import FileLookup
+from libflow.inline_reads import InlineReads
 from libflow.jobs import ArqJobQueue, InProcessJobQueue, JobFunction, JobQueue, open_arq_pool
 from libflow.logs import request_log_middleware
 from libflow.metrics import HttpMetrics, metrics_middleware
@@ -52,9 +53,13 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
                 "no projects yet: create one with `libflow projects create NAME --json`",
                 extra={"databaseUrl": settings.resolved_database_url.split("@")[-1]},
             )
-        with open_file_lookup(settings.resolved_database_url) as lookup:
-            app[appkeys.FILE_LOOKUP] = lookup
+        reads = InlineReads(settings.resolved_database_url)
+        try:
+            app[appkeys.INLINE_READS] = reads
+            app[appkeys.FILE_LOOKUP] = FileLookup(reads)
             yield
+        finally:
+            reads.close()
 
 
 async def _storage(app: web.Application) -> AsyncIterator[None]:
@@ -117,6 +122,7 @@ def job_resources_of(app: web.Application, jobs: JobQueue) -> JobResources:
         http=app[appkeys.HTTP_CLIENT],
         vectors=app[appkeys.VECTOR_INDEX],
         file_lookup=app[appkeys.FILE_LOOKUP],
+        reads=app[appkeys.INLINE_READS],
     )
 
 

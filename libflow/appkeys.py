@@ -7,6 +7,7 @@ from prometheus_client import CollectorRegistry
 
 from libflow.callers import ApiKeyCache
 from libflow.file_lookup import FileLookup
+from libflow.inline_reads import InlineReads
 from libflow.jobs import JobQueue
 from libflow.metrics import HttpMetrics
 from libflow.search import VectorIndex
@@ -24,6 +25,8 @@ API_KEYS = web.AppKey("api_keys", ApiKeyCache)
 METRICS = web.AppKey("metrics", HttpMetrics)
 METRICS_REGISTRY = web.AppKey("metrics_registry", CollectorRegistry)
 FILE_LOOKUP = web.AppKey("file_lookup", FileLookup)
+# Inline SQLite reads of the hottest routes (nothing on PostgreSQL).
+INLINE_READS = web.AppKey("inline_reads", InlineReads)
 EMBEDDER = web.AppKey[Embedder | None]("embedder")
 VECTOR_INDEX = web.AppKey("vector_index", VectorIndex)
 HTTP_CLIENT = web.AppKey("http_client", ClientSession)

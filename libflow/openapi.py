@@ -1,4 +1,8 @@
-"""The OpenAPI 3.1 document of the public interface, built from the request models."""
+"""The OpenAPI 3.1 document of the public interface, built from the request models.
+
+This module holds the library, storage and operations routes and assembles the document;
+libflow.openapi_workflows and libflow.openapi_webhooks contribute the rest.
+"""
 
 from __future__ import annotations
 
@@ -6,46 +10,50 @@ from functools import cache
 from typing import Any
 
 from libflow import __version__
-from libflow.api.bodies import (
-    Body,
-    CreateFileBody,
-    CreateFolderBody,
-    CreateWorkflowBody,
-    FinalizeBody,
-    PublishVersionBody,
-    RunSyncBody,
+from libflow.api.bodies import Body, CreateFileBody, CreateFolderBody, FinalizeBody
+from libflow.openapi_common import (
+    AUTH_ERRORS,
+    DATE,
+    NULLABLE_STR,
+    PROJECT,
+    STR,
+    body,
+    errors,
+    json_response,
+    limit_param,
+    path_params,
+    ref,
 )
+from libflow.openapi_webhooks import WEBHOOK_BODIES, WEBHOOK_SCHEMAS, webhook_operations
+from libflow.openapi_workflows import WORKFLOW_BODIES, WORKFLOW_SCHEMAS, workflow_operations
 
-LIB = "/api/publicv1/projects/{projectId}/library"
-WF = "/api/publicv1/projects/{projectId}/workflows"
-ERROR = {"$ref": "#/components/schemas/Error"}
-_STR = {"type": "string"}
-_NULLABLE_STR = {"type": ["string", "null"]}
+LIB = f"{PROJECT}/library"
+LIBRARY_BODIES: tuple[type[Body], ...] = (CreateFolderBody, CreateFileBody, FinalizeBody)
 
 FOLDER = {
     "type": "object",
     "required": ["id", "name", "parent", "createdDate", "updatedDate"],
     "properties": {
-        "id": _STR,
-        "name": _STR,
-        "parent": _STR,
-        "createdDate": {"type": "string", "format": "date-time"},
-        "updatedDate": {"type": "string", "format": "date-time"},
+        "id": STR,
+        "name": STR,
+        "parent": STR,
+        "createdDate": DATE,
+        "updatedDate": DATE,
     },
 }
 FILE = {
     "type": "object",
     "required": ["id", "name", "type", "size", "dir", "createdDate", "updatedDate", "updating"],
     "properties": {
-        "id": _STR,
-        "name": _STR,
-        "type": _STR,
+        "id": STR,
+        "name": STR,
+        "type": STR,
         "size": {"type": "integer", "minimum": 0},
-        "dir": _STR,
-        "createdDate": {"type": "string", "format": "date-time"},
-        "updatedDate": {"type": "string", "format": "date-time"},
-        "uploaderName": _NULLABLE_STR,
-        "uploaderEmail": _NULLABLE_STR,
+        "dir": STR,
+        "createdDate": DATE,
+        "updatedDate": DATE,
+        "uploaderName": NULLABLE_STR,
+        "uploaderEmail": NULLABLE_STR,
         "updating": {"type": ["boolean", "null"], "enum": [True, None]},
     },
 }
@@ -55,17 +63,17 @@ FILE_DETAIL = {
         {
             "type": "object",
             "properties": {
-                "path": _STR,
-                "mimeType": _STR,
+                "path": STR,
+                "mimeType": STR,
                 "searchable": {"type": "boolean"},
                 "thumbnail": {"type": "boolean"},
-                "sha256": _NULLABLE_STR,
+                "sha256": NULLABLE_STR,
                 "processing": {
                     "type": "object",
                     "properties": {
                         "status": {"enum": ["pending", "processing", "done", "failed"]},
-                        "error": _NULLABLE_STR,
-                        "steps": {"type": "object", "additionalProperties": _STR},
+                        "error": NULLABLE_STR,
+                        "steps": {"type": "object", "additionalProperties": STR},
                         "pages": {"type": ["integer", "null"]},
                         "chunks": {"type": ["integer", "null"]},
                     },
@@ -78,134 +86,38 @@ UPLOAD = {
     "type": "object",
     "required": ["documentId", "storageLink", "mimeType", "path", "createdDate", "dir"],
     "properties": {
-        "documentId": _STR,
+        "documentId": STR,
         "storageLink": {"type": "string", "format": "uri"},
-        "mimeType": _STR,
-        "path": _STR,
-        "createdDate": {"type": "string", "format": "date-time"},
-        "dir": _STR,
+        "mimeType": STR,
+        "path": STR,
+        "createdDate": DATE,
+        "dir": STR,
     },
 }
 SEARCH_HIT = {
     "type": "object",
     "required": ["fileId", "name", "chunk", "score", "page"],
     "properties": {
-        "fileId": _STR,
-        "name": _STR,
-        "chunk": _STR,
+        "fileId": STR,
+        "name": STR,
+        "chunk": STR,
         "score": {"type": "number"},
         "page": {"type": ["integer", "null"]},
     },
 }
-_DATE = {"type": "string", "format": "date-time"}
-_OBJECT = {"type": "object"}
-WORKFLOW_SCHEMAS: dict[str, Any] = {
-    "Workflow": {
-        "type": "object",
-        "required": ["workflowId", "name", "version", "createdDate"],
-        "properties": {
-            "workflowId": _STR,
-            "name": _STR,
-            "version": _STR,
-            "createdDate": _DATE,
-            "updatedDate": _DATE,
-        },
-    },
-    "WorkflowVersion": {
-        "type": "object",
-        "required": ["version", "createdDate"],
-        "properties": {"version": _STR, "createdDate": _DATE},
-    },
-    "WorkflowDetail": {
-        "allOf": [
-            {"$ref": "#/components/schemas/Workflow"},
-            {
-                "type": "object",
-                "properties": {
-                    "definition": _OBJECT,
-                    "versions": {
-                        "type": "array",
-                        "items": {"$ref": "#/components/schemas/WorkflowVersion"},
-                    },
-                },
-            },
-        ]
-    },
-    "RunSyncResult": {
-        "type": "object",
-        "required": ["success", "result", "statusCode"],
-        "properties": {
-            "success": {"type": "boolean"},
-            "statusCode": {"type": "integer"},
-            "result": {
-                "type": "object",
-                "required": ["outputs"],
-                "properties": {
-                    "outputs": _OBJECT,
-                    "error": {
-                        "type": "object",
-                        "properties": {"code": _STR, "node": _NULLABLE_STR, "message": _STR},
-                    },
-                },
-            },
-        },
-    },
-    "Run": {
-        "type": "object",
-        "required": ["runId", "workflowId", "version", "event", "trigger", "status"],
-        "properties": {
-            "runId": _STR,
-            "workflowId": _STR,
-            "version": _STR,
-            "event": _STR,
-            "trigger": {"enum": ["api", "webhook"]},
-            "status": {"enum": ["running", "succeeded", "failed", "timed_out", "cancelled"]},
-            "statusCode": {"type": ["integer", "null"]},
-            "inputs": _OBJECT,
-            "outputs": _OBJECT,
-            "error": {"type": ["object", "null"]},
-            "nodeTimings": _OBJECT,
-            "startedDate": _DATE,
-            "finishedDate": {"type": ["string", "null"], "format": "date-time"},
-        },
-    },
-}
 
-
-def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
-def _errors(*statuses: int) -> dict[str, Any]:
-    return {str(s): _json(ERROR, "error") for s in statuses}
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _body(model: type[Body]) -> dict[str, Any]:
-    return {"required": True, "content": {"application/json": {"schema": _ref(model.__name__)}}}
-
-
-def _path_params(*names: str) -> list[dict[str, Any]]:
-    return [{"name": n, "in": "path", "required": True, "schema": _STR} for n in names]
-
-
-_AUTH_ERRORS = (401, 403)
-_REDIRECT = {"description": "redirect to a signed URL", "headers": {"Location": {"schema": _STR}}}
+_REDIRECT = {"description": "redirect to a signed URL", "headers": {"Location": {"schema": STR}}}
 
 
 def _operations() -> dict[str, dict[str, Any]]:
-    project = _path_params("projectId")
-    file = _path_params("projectId", "fileId")
-    workflow = _path_params("projectId", "workflowId")
+    project = path_params("projectId")
+    file = path_params("projectId", "fileId")
     signed = [
-        *_path_params("key"),
+        *path_params("key"),
         {"name": "expires", "in": "query", "required": True, "schema": {"type": "integer"}},
-        {"name": "ct", "in": "query", "required": True, "schema": _STR},
-        {"name": "cd", "in": "query", "required": False, "schema": _STR},
-        {"name": "sig", "in": "query", "required": True, "schema": _STR},
+        {"name": "ct", "in": "query", "required": True, "schema": STR},
+        {"name": "cd", "in": "query", "required": False, "schema": STR},
+        {"name": "sig", "in": "query", "required": True, "schema": STR},
     ]
     return {
         f"{LIB}/dirs": {
@@ -213,17 +125,17 @@ def _operations() -> dict[str, dict[str, Any]]:
                 "summary": "List folders",
                 "parameters": project,
                 "responses": {
-                    "200": _json({"type": "array", "items": _ref("Folder")}, "folders"),
-                    **_errors(*_AUTH_ERRORS),
+                    "200": json_response({"type": "array", "items": ref("Folder")}, "folders"),
+                    **errors(*AUTH_ERRORS),
                 },
             },
             "post": {
                 "summary": "Create a folder",
                 "parameters": project,
-                "requestBody": _body(CreateFolderBody),
+                "requestBody": body(CreateFolderBody),
                 "responses": {
-                    "201": _json(_ref("Folder"), "the folder"),
-                    **_errors(400, *_AUTH_ERRORS, 404),
+                    "201": json_response(ref("Folder"), "the folder"),
+                    **errors(400, *AUTH_ERRORS, 404),
                 },
             },
         },
@@ -232,30 +144,25 @@ def _operations() -> dict[str, dict[str, Any]]:
                 "summary": "List files, newest first",
                 "parameters": [
                     *project,
-                    {"name": "dir", "in": "query", "required": False, "schema": _STR},
-                    {
-                        "name": "limit",
-                        "in": "query",
-                        "required": False,
-                        "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
-                    },
-                    {"name": "cursor", "in": "query", "required": False, "schema": _STR},
+                    {"name": "dir", "in": "query", "required": False, "schema": STR},
+                    limit_param(1000),
+                    {"name": "cursor", "in": "query", "required": False, "schema": STR},
                 ],
                 "responses": {
                     "200": {
-                        **_json({"type": "array", "items": _ref("LibraryFile")}, "files"),
-                        "headers": {"Link": {"schema": _STR, "description": 'rel="next"'}},
+                        **json_response({"type": "array", "items": ref("LibraryFile")}, "files"),
+                        "headers": {"Link": {"schema": STR, "description": 'rel="next"'}},
                     },
-                    **_errors(400, *_AUTH_ERRORS, 404),
+                    **errors(400, *AUTH_ERRORS, 404),
                 },
             },
             "post": {
                 "summary": "Create a file record and a signed upload URL",
                 "parameters": project,
-                "requestBody": _body(CreateFileBody),
+                "requestBody": body(CreateFileBody),
                 "responses": {
-                    "201": _json(_ref("UploadCreated"), "the record and its storageLink"),
-                    **_errors(400, *_AUTH_ERRORS, 404),
+                    "201": json_response(ref("UploadCreated"), "the record and its storageLink"),
+                    **errors(400, *AUTH_ERRORS, 404),
                 },
             },
         },
@@ -263,10 +170,10 @@ def _operations() -> dict[str, dict[str, Any]]:
             "post": {
                 "summary": "Finalize an upload",
                 "parameters": project,
-                "requestBody": _body(FinalizeBody),
+                "requestBody": body(FinalizeBody),
                 "responses": {
-                    "200": _json(_ref("LibraryFileDetail"), "the finalized record"),
-                    **_errors(400, *_AUTH_ERRORS, 404, 409, 503),
+                    "200": json_response(ref("LibraryFileDetail"), "the finalized record"),
+                    **errors(400, *AUTH_ERRORS, 404, 409, 503),
                 },
             },
         },
@@ -275,28 +182,28 @@ def _operations() -> dict[str, dict[str, Any]]:
                 "summary": "Get one file",
                 "parameters": file,
                 "responses": {
-                    "200": _json(_ref("LibraryFileDetail"), "the file"),
-                    **_errors(*_AUTH_ERRORS, 404),
+                    "200": json_response(ref("LibraryFileDetail"), "the file"),
+                    **errors(*AUTH_ERRORS, 404),
                 },
             },
             "delete": {
                 "summary": "Delete a file, its bytes and thumbnail",
                 "parameters": file,
-                "responses": {"204": {"description": "deleted"}, **_errors(*_AUTH_ERRORS, 404)},
+                "responses": {"204": {"description": "deleted"}, **errors(*AUTH_ERRORS, 404)},
             },
         },
         f"{LIB}/files/{{fileId}}/download": {
             "get": {
                 "summary": "Download a file (302 to a signed URL)",
                 "parameters": file,
-                "responses": {"302": _REDIRECT, **_errors(*_AUTH_ERRORS, 404, 409)},
+                "responses": {"302": _REDIRECT, **errors(*AUTH_ERRORS, 404, 409)},
             },
         },
         f"{LIB}/files/{{fileId}}/thumbnail": {
             "get": {
                 "summary": "The file's thumbnail (302 to a signed URL)",
                 "parameters": file,
-                "responses": {"302": _REDIRECT, **_errors(*_AUTH_ERRORS, 404)},
+                "responses": {"302": _REDIRECT, **errors(*AUTH_ERRORS, 404)},
             },
         },
         f"{LIB}/search": {
@@ -304,98 +211,20 @@ def _operations() -> dict[str, dict[str, Any]]:
                 "summary": "Hybrid keyword and semantic search over the project's documents",
                 "parameters": [
                     *project,
-                    {"name": "q", "in": "query", "required": True, "schema": _STR},
-                    {
-                        "name": "limit",
-                        "in": "query",
-                        "required": False,
-                        "schema": {"type": "integer", "minimum": 1, "maximum": 100},
-                    },
-                    {"name": "dir", "in": "query", "required": False, "schema": _STR},
+                    {"name": "q", "in": "query", "required": True, "schema": STR},
+                    limit_param(100),
+                    {"name": "dir", "in": "query", "required": False, "schema": STR},
                 ],
                 "responses": {
-                    "200": _json({"type": "array", "items": _ref("SearchHit")}, "best first"),
-                    **_errors(400, *_AUTH_ERRORS, 404),
-                },
-            },
-        },
-        WF: {
-            "get": {
-                "summary": "List workflows",
-                "parameters": project,
-                "responses": {
-                    "200": _json({"type": "array", "items": _ref("Workflow")}, "workflows"),
-                    **_errors(*_AUTH_ERRORS),
-                },
-            },
-            "post": {
-                "summary": "Create a workflow (publishes version 1)",
-                "parameters": project,
-                "requestBody": _body(CreateWorkflowBody),
-                "responses": {
-                    "201": _json(_ref("Workflow"), "the workflow"),
-                    **_errors(400, *_AUTH_ERRORS),
-                },
-            },
-        },
-        f"{WF}/{{workflowId}}": {
-            "get": {
-                "summary": "A workflow with its latest definition and versions",
-                "parameters": workflow,
-                "responses": {
-                    "200": _json(_ref("WorkflowDetail"), "the workflow"),
-                    **_errors(*_AUTH_ERRORS, 404),
-                },
-            },
-        },
-        f"{WF}/{{workflowId}}/versions": {
-            "post": {
-                "summary": "Publish the next immutable version",
-                "parameters": workflow,
-                "requestBody": _body(PublishVersionBody),
-                "responses": {
-                    "201": _json(_ref("WorkflowVersion"), "the version"),
-                    **_errors(400, *_AUTH_ERRORS, 404),
-                },
-            },
-        },
-        f"{WF}/{{workflowId}}/runs": {
-            "get": {
-                "summary": "The workflow's runs, newest first",
-                "parameters": workflow,
-                "responses": {
-                    "200": _json({"type": "array", "items": _ref("Run")}, "runs"),
-                    **_errors(*_AUTH_ERRORS, 404),
-                },
-            },
-        },
-        f"{WF}/{{workflowId}}/runsync": {
-            "post": {
-                "summary": "Run a workflow and answer with its outputs (status = statusCode)",
-                "parameters": workflow,
-                "requestBody": _body(RunSyncBody),
-                "responses": {
-                    "200": _json(_ref("RunSyncResult"), "the run succeeded"),
-                    "500": _json(_ref("RunSyncResult"), "a node failed (NODE_FAILED)"),
-                    "504": _json(_ref("RunSyncResult"), "the run timed out (RUN_TIMEOUT)"),
-                    "default": _json(
-                        {"oneOf": [_ref("RunSyncResult"), ERROR]},
-                        "a respond or fail node's status, or an error",
+                    "200": json_response(
+                        {"type": "array", "items": ref("SearchHit")}, "best first"
                     ),
-                    **_errors(400, *_AUTH_ERRORS, 404),
+                    **errors(400, *AUTH_ERRORS, 404),
                 },
             },
         },
-        "/api/publicv1/projects/{projectId}/runs/{runId}": {
-            "get": {
-                "summary": "One run record",
-                "parameters": _path_params("projectId", "runId"),
-                "responses": {
-                    "200": _json(_ref("Run"), "the run"),
-                    **_errors(*_AUTH_ERRORS, 404),
-                },
-            },
-        },
+        **workflow_operations(),
+        **webhook_operations(),
         "/storage/{key}": {
             "put": {
                 "summary": "Upload bytes to a signed storageLink (local storage backend)",
@@ -407,7 +236,7 @@ def _operations() -> dict[str, dict[str, Any]]:
                 },
                 "responses": {
                     "200": {"description": "stored"},
-                    **_errors(400, 403, 411, 413),
+                    **errors(400, 403, 411, 413),
                 },
             },
             "get": {
@@ -417,7 +246,7 @@ def _operations() -> dict[str, dict[str, Any]]:
                 "responses": {
                     "200": {"description": "the bytes"},
                     "206": {"description": "a range of the bytes"},
-                    **_errors(403, 404),
+                    **errors(403, 404),
                 },
             },
         },
@@ -425,7 +254,7 @@ def _operations() -> dict[str, dict[str, Any]]:
             "get": {
                 "summary": "Liveness",
                 "security": [],
-                "responses": {"200": _json({"type": "object"}, "up")},
+                "responses": {"200": json_response({"type": "object"}, "up")},
             }
         },
         "/readyz": {
@@ -433,8 +262,8 @@ def _operations() -> dict[str, dict[str, Any]]:
                 "summary": "Readiness: database, storage, Redis",
                 "security": [],
                 "responses": {
-                    "200": _json({"type": "object"}, "ready"),
-                    **_errors(503),
+                    "200": json_response({"type": "object"}, "ready"),
+                    **errors(503),
                 },
             }
         },
@@ -443,7 +272,7 @@ def _operations() -> dict[str, dict[str, Any]]:
                 "summary": "Prometheus metrics",
                 "security": [],
                 "responses": {
-                    "200": {"description": "metrics", "content": {"text/plain": {"schema": _STR}}}
+                    "200": {"description": "metrics", "content": {"text/plain": {"schema": STR}}}
                 },
             }
         },
@@ -451,7 +280,7 @@ def _operations() -> dict[str, dict[str, Any]]:
             "get": {
                 "summary": "This document",
                 "security": [],
-                "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1")},
+                "responses": {"200": json_response({"type": "object"}, "OpenAPI 3.1")},
             }
         },
     }
@@ -464,7 +293,7 @@ def openapi_document(server_url: str) -> dict[str, Any]:
         "Error": {
             "type": "object",
             "required": ["error", "message"],
-            "properties": {"error": _STR, "message": _STR, "details": {}},
+            "properties": {"error": STR, "message": STR, "details": {}},
         },
         "Folder": FOLDER,
         "LibraryFile": FILE,
@@ -472,15 +301,9 @@ def openapi_document(server_url: str) -> dict[str, Any]:
         "UploadCreated": UPLOAD,
         "SearchHit": SEARCH_HIT,
         **WORKFLOW_SCHEMAS,
+        **WEBHOOK_SCHEMAS,
     }
-    for model in (
-        CreateFolderBody,
-        CreateFileBody,
-        FinalizeBody,
-        CreateWorkflowBody,
-        PublishVersionBody,
-        RunSyncBody,
-    ):
+    for model in (*LIBRARY_BODIES, *WORKFLOW_BODIES, *WEBHOOK_BODIES):
         schemas[model.__name__] = model.model_json_schema(
             ref_template="#/components/schemas/{model}"
         )

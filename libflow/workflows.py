@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 from tortoise.exceptions import IntegrityError
@@ -11,10 +15,16 @@ from tortoise.transactions import in_transaction
 from libflow.engine import NodeServices, RunResult, WorkflowDefinition, parse_definition
 from libflow.engine import WorkflowRun as EngineRun
 from libflow.errors import LibflowError, NotFound
+from libflow.group_commit import commit_together
 from libflow.ids import new_id, utcnow
+from libflow.inline_reads import InlineReads, InlineReadUnavailable
 from libflow.models import Workflow, WorkflowRun, WorkflowVersion
 
+logger = logging.getLogger("libflow.workflows")
+
 MAX_RUNS_LISTED = 100
+RECORD_RUNNING_AFTER = 1.0  # seconds
+_END_FIELDS = ("status", "status_code", "outputs", "error", "node_timings", "finished_at")
 
 
 async def create_workflow(
@@ -75,21 +85,88 @@ async def list_versions(workflow: Workflow) -> list[WorkflowVersion]:
 
 async def find_version(workflow: Workflow, version: str | None) -> WorkflowVersion:
     """The version named ``version`` ("1", "2", ...), or the latest when None."""
-    if version is None:
-        number = workflow.latest_version
-    elif version.isascii() and version.isdigit() and str(int(version)) == version:
-        number = int(version)
-    else:  # int() would also read " 1", "01" or "1_0": none of them names a version
-        number = -1
+    number = workflow.latest_version if version is None else _version_number(version)
     found = await WorkflowVersion.get_or_none(workflow_id=workflow.id, number=number)
     if found is None:
         raise NotFound(f"workflow {workflow.id!r} has no version {version!r}")
     return found
 
 
+_PARSED: OrderedDict[tuple[str, int], WorkflowDefinition] = OrderedDict()
+_PARSED_KEPT = 256
+
+
+def _version_number(version: str) -> int:
+    """The number a version string names, or -1 (no version has it)."""
+    if version.isascii() and version.isdigit() and str(int(version)) == version:
+        return int(version)
+    return -1  # int() would also read " 1", "01" or "1_0": none of them names a version
+
+
 def definition_of(version: WorkflowVersion) -> WorkflowDefinition:
-    """The parsed definition of a stored version (it was valid when published)."""
-    return parse_definition(version.definition)
+    """The parsed definition of a stored version (it was valid when published).
+
+    Versions never change, so each is parsed once per process (the most recent few
+    hundred are kept): parsing costs more than running a small workflow.
+    """
+    key = (version.workflow_id, version.number)  # workflow ids are random: unique anywhere
+    parsed = _PARSED.get(key)
+    if parsed is None:
+        return _parse_once(key, version.definition)
+    _PARSED.move_to_end(key)
+    return parsed
+
+
+def _parse_once(key: tuple[str, int], definition: dict[str, Any]) -> WorkflowDefinition:
+    parsed = _PARSED[key] = parse_definition(definition)
+    if len(_PARSED) > _PARSED_KEPT:
+        _PARSED.popitem(last=False)
+    return parsed
+
+
+@dataclass(frozen=True, slots=True)
+class RunTarget:
+    """What a run needs of its workflow: ids, the version's number and its definition."""
+
+    workflow_id: str
+    project_id: str
+    version: int
+    definition: WorkflowDefinition
+
+
+# One read for the workflow and its version ("latest" when the number is NULL).
+_TARGET_SQL = (
+    'SELECT w."latest_version" AS latest, v."number" AS number, v."definition" AS definition'
+    ' FROM "workflows" w LEFT JOIN "workflow_versions" v ON v."workflow_id" = w."id"'
+    ' AND v."number" = COALESCE(?, w."latest_version")'
+    ' WHERE w."id" = ? AND w."project_id" = ?'
+)
+
+
+async def find_run_target(
+    project_id: str, workflow_id: str, version: str | None, reads: InlineReads
+) -> RunTarget:
+    """The version to run (the latest when None); NotFound for the workflow or the version.
+
+    runsync's hottest read: on SQLite it is one inline query, and a version parsed
+    before is not parsed again.
+    """
+    number = None if version is None else _version_number(version)
+    try:
+        row = reads.row(_TARGET_SQL, (number, workflow_id, project_id))
+    except InlineReadUnavailable:
+        workflow = await get_workflow(project_id, workflow_id)
+        found = await find_version(workflow, version)
+        return RunTarget(workflow.id, project_id, found.number, definition_of(found))
+    if row is None:
+        raise NotFound(f"workflow {workflow_id!r} not found")
+    if row["number"] is None:
+        raise NotFound(f"workflow {workflow_id!r} has no version {version!r}")
+    key = (workflow_id, row["number"])
+    parsed = _PARSED.get(key)
+    if parsed is None:
+        parsed = _parse_once(key, json.loads(row["definition"]))
+    return RunTarget(workflow_id, project_id, row["number"], parsed)
 
 
 async def list_runs(project_id: str, workflow_id: str) -> list[WorkflowRun]:
@@ -111,8 +188,7 @@ async def get_run(project_id: str, run_id: str) -> WorkflowRun:
 
 
 async def run_version(
-    workflow: Workflow,
-    version: WorkflowVersion,
+    target: RunTarget,
     *,
     event: str,
     inputs: dict[str, Any] | None,
@@ -125,31 +201,73 @@ async def run_version(
     An unknown event or invalid inputs raise before anything runs or is recorded.
     ``run_id`` lets a caller name the record before it exists (webhook deliveries do).
     """
-    run = EngineRun(definition_of(version), event=event, inputs=inputs, services=services)
-    record = await WorkflowRun.create(
+    run = EngineRun(target.definition, event=event, inputs=inputs, services=services)
+    record = WorkflowRun(
         id=run_id or new_id(),
-        workflow=workflow,
-        project_id=workflow.project_id,
-        version=version.number,
+        workflow_id=target.workflow_id,
+        project_id=target.project_id,
+        version=target.version,
         event=event,
         trigger=trigger,
         status="running",
         inputs=run.inputs,
+        started_at=utcnow(),
     )
+    recorder = _RunRecorder(record)
+    # Most runs end within milliseconds: their record is written once, when they end.
+    # A longer run shows as "running" from RECORD_RUNNING_AFTER on.
+    timer = asyncio.get_running_loop().call_later(RECORD_RUNNING_AFTER, recorder.record_running)
     try:
         result = await run.execute()
     except asyncio.CancelledError:
+        timer.cancel()
         # The record must still say what happened: save it even though we are cancelled.
-        await asyncio.shield(_save_result(record, run.result()))
+        await asyncio.shield(recorder.record_end(run.result()))
         raise
+    timer.cancel()
     # Shielded too: a client leaving during this save must not leave the run "running".
-    await asyncio.shield(_save_result(record, result))
+    await asyncio.shield(recorder.record_end(result))
     return record, result
 
 
+class _RunRecorder:
+    """Writes a run's record: at its end, and before that too if it runs for long."""
+
+    def __init__(self, record: WorkflowRun) -> None:
+        self.record = record
+        self._running: asyncio.Task[None] | None = None
+
+    def record_running(self) -> None:
+        """Write the record as "running" now (called by the loop's timer)."""
+        self._running = asyncio.create_task(self._insert())
+
+    async def _insert(self) -> None:
+        await commit_together(lambda db: self.record.save(using_db=db, force_create=True))
+
+    async def record_end(self, result: RunResult) -> None:
+        """Write how the run ended: an update of the running record, or the only insert."""
+        record = self.record
+        record.status = result.status
+        record.status_code = result.status_code
+        record.outputs = result.outputs
+        record.error = result.error.to_json() if result.error else None
+        record.node_timings = result.timings_json()
+        record.finished_at = result.finished_date or utcnow()
+        if self._running is not None:
+            try:
+                await self._running
+            except Exception:
+                logger.exception("run %s: its running record was not written", record.id)
+            else:
+                await commit_together(
+                    lambda db: record.save(update_fields=_END_FIELDS, using_db=db)
+                )
+                return
+        await self._insert()
+
+
 async def record_refused_run(
-    workflow: Workflow,
-    version: WorkflowVersion,
+    target: RunTarget,
     *,
     event: str,
     inputs: dict[str, Any] | None,
@@ -165,9 +283,9 @@ async def record_refused_run(
     now = utcnow()
     return await WorkflowRun.create(
         id=run_id or new_id(),
-        workflow=workflow,
-        project_id=workflow.project_id,
-        version=version.number,
+        workflow_id=target.workflow_id,
+        project_id=target.project_id,
+        version=target.version,
         event=event,
         trigger=trigger,
         status="failed",
@@ -175,16 +293,4 @@ async def record_refused_run(
         inputs=inputs or {},
         error={"code": error.code, "node": None, "message": error.message},
         finished_at=now,
-    )
-
-
-async def _save_result(record: WorkflowRun, result: RunResult) -> None:
-    record.status = result.status
-    record.status_code = result.status_code
-    record.outputs = result.outputs
-    record.error = result.error.to_json() if result.error else None
-    record.node_timings = result.timings_json()
-    record.finished_at = result.finished_date or utcnow()
-    await record.save(
-        update_fields=["status", "status_code", "outputs", "error", "node_timings", "finished_at"]
     )

@@ -9,6 +9,7 @@ from aiohttp import ClientSession
 
 from libflow.engine import NodeServices
 from libflow.file_lookup import FileLookup
+from libflow.inline_reads import InlineReads
 from libflow.jobs import JobQueue
 from libflow.search import VectorIndex
 from libflow.storage import Storage
@@ -29,6 +30,7 @@ class JobResources:
     http: ClientSession
     vectors: VectorIndex
     file_lookup: FileLookup
+    reads: InlineReads
 
     def node_services(self, project_id: str) -> NodeServices:
         """What the nodes of a workflow run of ``project_id`` may reach."""

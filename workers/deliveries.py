@@ -29,12 +29,10 @@ from libflow.models import (
     DeliveryStatus,
     Webhook,
     WebhookDelivery,
-    Workflow,
     WorkflowRun,
-    WorkflowVersion,
 )
 from libflow.webhooks import payload_of
-from libflow.workflows import find_version, record_refused_run, run_version
+from libflow.workflows import RunTarget, find_run_target, record_refused_run, run_version
 from workers.context import JobResources, job_resources
 
 logger = logging.getLogger("libflow.deliveries")
@@ -96,8 +94,9 @@ async def deliver_webhook(ctx: dict[str, Any], delivery_id: str) -> None:
     try:
         delivery = await WebhookDelivery.get(id=delivery_id)
         webhook = await Webhook.get(id=delivery.webhook_id)
-        workflow = await Workflow.get(id=webhook.workflow_id)
-        version = await find_version(workflow, None)
+        target = await find_run_target(
+            webhook.project_id, webhook.workflow_id, None, resources.reads
+        )
     except TRANSIENT_ERRORS as err:
         # If this fails too, the delivery stays claimed: the sweep gives it back once stale.
         with contextlib.suppress(*TRANSIENT_ERRORS):
@@ -105,7 +104,7 @@ async def deliver_webhook(ctx: dict[str, Any], delivery_id: str) -> None:
         raise Retry(defer=job_try * 2) from err
     inputs = {"payload": payload_of(delivery.body), "headers": delivery.headers}
     try:
-        succeeded, error = await _run(resources, delivery, webhook, workflow, version, inputs)
+        succeeded, error = await _run(resources, delivery, webhook, target, inputs)
     except asyncio.CancelledError:
         # Shutdown mid-run: the run record says "cancelled"; the delivery must not stay
         # claimed, and is not run again (its run may have had effects already).
@@ -127,27 +126,24 @@ async def _run(
     resources: JobResources,
     delivery: WebhookDelivery,
     webhook: Webhook,
-    workflow: Workflow,
-    version: WorkflowVersion,
+    target: RunTarget,
     inputs: dict[str, Any],
 ) -> tuple[bool, dict[str, Any] | None]:
     """Run and record the delivery's workflow: (succeeded, error)."""
     run_id = delivery.run_id
     try:
         _, result = await run_version(
-            workflow,
-            version,
+            target,
             event=webhook.event,
             inputs=inputs,
             trigger="webhook",
-            services=resources.node_services(workflow.project_id),
+            services=resources.node_services(target.project_id),
             run_id=run_id,
         )
         return result.success, result.error.to_json() if result.error else None
     except (UnknownEvent, InvalidInputs) as refused:
         await record_refused_run(
-            workflow,
-            version,
+            target,
             event=webhook.event,
             inputs=inputs,
             trigger="webhook",

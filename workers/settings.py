@@ -12,7 +12,8 @@ from arq.worker import func
 
 from libflow.db import open_database
 from libflow.engine.definition import MAX_TIMEOUT_SECONDS
-from libflow.file_lookup import open_file_lookup
+from libflow.file_lookup import FileLookup
+from libflow.inline_reads import InlineReads
 from libflow.jobs import MAX_TRIES, ArqJobQueue, deserialize_job, redis_settings, serialize_job
 from libflow.search import VectorIndex
 from libflow.storage.factory import open_storage
@@ -47,6 +48,8 @@ async def startup(ctx: dict[str, Any]) -> None:
     await stack.enter_async_context(open_database(settings.resolved_database_url))
     storage = await stack.enter_async_context(open_storage(settings))
     embedder = await stack.enter_async_context(open_embedder(settings))
+    reads = InlineReads(settings.resolved_database_url)
+    stack.callback(reads.close)
     http = await stack.enter_async_context(ClientSession(timeout=ClientTimeout(total=30)))
     ctx[RESOURCES] = JobResources(
         settings=settings,
@@ -55,7 +58,8 @@ async def startup(ctx: dict[str, Any]) -> None:
         jobs=ArqJobQueue(ctx["redis"]),
         http=http,
         vectors=VectorIndex(),
-        file_lookup=stack.enter_context(open_file_lookup(settings.resolved_database_url)),
+        file_lookup=FileLookup(reads),
+        reads=reads,
     )
     logger.info("worker ready")
 

@@ -138,11 +138,14 @@ async def run_sync(request: web.Request) -> web.Response:
     """Run a version now and answer with its outputs; the HTTP status is its statusCode."""
     body = await parse_body(request, RunSyncBody)
     project_id = _project(request)
-    workflow = await workflows.get_workflow(project_id, request.match_info["workflowId"])
-    version = await workflows.find_version(workflow, body.version)
+    target = await workflows.find_run_target(
+        project_id,
+        request.match_info["workflowId"],
+        body.version,
+        request.app[appkeys.INLINE_READS],
+    )
     _, result = await workflows.run_version(
-        workflow,
-        version,
+        target,
         event=body.runEvent,
         inputs=body.inputs,
         trigger="api",
