@@ -15,6 +15,7 @@ from jinja2.runtime import Undefined
 from libflow.engine.sandbox import (
     ExpressionError,
     ExpressionSandbox,
+    charge,
     guard_template,
     render_budget,
     tick,
@@ -29,12 +30,21 @@ _UNSUPPORTED = (nodes.Extends, nodes.Include, nodes.Import, nodes.FromImport)
 _env = ExpressionSandbox()
 
 
+Path = tuple[str, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class _Compiled:
-    """One templated string, compiled: a native expression or a text template."""
+    """One templated string, compiled: a native expression or a text template.
+
+    ``lookups`` is set when the source holds nothing but text and ``{{ a.b.c }}`` (or
+    ``a["b"]``) lookups: those render without Jinja, which costs more than a small
+    workflow's whole run. Anything the shortcut cannot answer goes to Jinja.
+    """
 
     expression: TemplateExpression | None
     template: Template | None
+    lookups: tuple[str | Path, ...] | None = None
 
 
 def has_expressions(value: str) -> bool:
@@ -50,6 +60,7 @@ def _compile(source: str, text_only: bool) -> _Compiled:
         for unsupported in _UNSUPPORTED:
             if next(tree.find_all(unsupported), None) is not None:
                 raise ExpressionError("extends, include and import are not supported")
+        lookups = _lookups(tree)
         tree = guard_template(tree)
         single = None if text_only else _single_expression(source, tree)
         if single is not None:
@@ -57,8 +68,8 @@ def _compile(source: str, text_only: bool) -> _Compiled:
             expression = TemplateExpression(
                 _env.from_string(nodes.Template(body, lineno=1)), undefined_to_none=False
             )
-            return _Compiled(expression=expression, template=None)
-        return _Compiled(expression=None, template=_env.from_string(tree))
+            return _Compiled(expression=expression, template=None, lookups=lookups)
+        return _Compiled(expression=None, template=_env.from_string(tree), lookups=lookups)
     except TemplateError as err:
         line = getattr(err, "lineno", None)
         where = f" at line {line}" if line else ""
@@ -77,6 +88,86 @@ def _single_expression(source: str, tree: nodes.Template) -> nodes.Expr | None:
         return None
     expr = body[0].nodes[0]
     return None if isinstance(expr, nodes.TemplateData) else expr
+
+
+def _lookups(tree: nodes.Template) -> tuple[str | Path, ...] | None:
+    """The text and lookup paths of a template made of nothing else, or None."""
+    parts: list[str | Path] = []
+    for statement in tree.body:
+        if not isinstance(statement, nodes.Output):
+            return None
+        for node in statement.nodes:
+            if isinstance(node, nodes.TemplateData):
+                parts.append(node.data)
+                continue
+            path = _path(node)
+            if path is None:
+                return None
+            parts.append(path)
+    return tuple(parts)
+
+
+def _path(node: nodes.Node) -> Path | None:
+    """``("a", "b", "c")`` for ``a.b.c`` or ``a["b"].c``; None for any other expression."""
+    if isinstance(node, nodes.Name) and node.ctx == "load":
+        return (node.name,)
+    if isinstance(node, nodes.Getattr):
+        parent = _path(node.node)
+        return None if parent is None else (*parent, node.attr)
+    if (
+        isinstance(node, nodes.Getitem)
+        and isinstance(node.arg, nodes.Const)
+        and isinstance(node.arg.value, str)
+    ):
+        parent = _path(node.node)
+        return None if parent is None else (*parent, node.arg.value)
+    return None
+
+
+_MISSING: Any = object()
+
+
+def _look_up(path: Path, context: Mapping[str, Any]) -> Any:
+    """The value at ``path`` when every step is a key of a dict, else _MISSING.
+
+    The sandbox reads a dict's keys before its attributes, so for dicts this is
+    exactly what Jinja would find; anything else (a missing key, a global such as
+    ``range``, an attribute) is left to Jinja.
+    """
+    value = context.get(path[0], _MISSING)
+    for key in path[1:]:
+        if not isinstance(value, dict):
+            return _MISSING
+        value = value.get(key, _MISSING)
+    return value
+
+
+def _render_lookups(
+    lookups: tuple[str | Path, ...], context: Mapping[str, Any], *, native: bool
+) -> Any:
+    """Render without Jinja, or _MISSING when a lookup needs Jinja's own rules."""
+    if native:
+        [path] = lookups
+        assert isinstance(path, tuple)
+        value = _look_up(path, context)
+        return value if value is _MISSING else to_json_value(value)
+    texts: list[str] = []
+    size = 0
+    for part in lookups:
+        if isinstance(part, str):
+            text = part
+        else:
+            value = _look_up(part, context)
+            if value is _MISSING:
+                return _MISSING
+            text = value if isinstance(value, str) else str(value)  # as _finalize does
+            tick()
+            charge(len(text), what="an output")
+        size += len(text)
+        if size > MAX_TEXT_CHARS:
+            raise ExpressionError(f"the rendered text is over {MAX_TEXT_CHARS} characters")
+        texts.append(text)
+    return "".join(texts)
 
 
 def check_syntax(source: str) -> str | None:
@@ -121,6 +212,11 @@ def _render(value: Any, context: Mapping[str, Any], *, text_only: bool) -> Any:
 def _render_string(source: str, context: Mapping[str, Any], *, text_only: bool) -> Any:
     """Evaluate one templated string."""
     compiled = _compile(source, text_only)
+    if compiled.lookups is not None:
+        native = compiled.expression is not None
+        rendered = _render_lookups(compiled.lookups, context, native=native)
+        if rendered is not _MISSING:
+            return rendered
     try:
         if compiled.expression is not None:
             result = compiled.expression(context)
