@@ -6,9 +6,11 @@ import asyncio
 import json
 import logging
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.exceptions import IntegrityError
 from tortoise.transactions import in_transaction
 
@@ -25,6 +27,8 @@ logger = logging.getLogger("libflow.workflows")
 MAX_RUNS_LISTED = 100
 RECORD_RUNNING_AFTER = 1.0  # seconds
 _END_FIELDS = ("status", "status_code", "outputs", "error", "node_timings", "finished_at")
+# A write committed in the same transaction as a run's final record.
+RecordWith = Callable[[BaseDBAsyncClient, WorkflowRun], Awaitable[None]]
 
 
 async def create_workflow(
@@ -155,9 +159,7 @@ async def find_run_target(
     try:
         row = reads.row(_TARGET_SQL, (number, workflow_id, project_id))
     except InlineReadUnavailable:
-        workflow = await get_workflow(project_id, workflow_id)
-        found = await find_version(workflow, version)
-        return RunTarget(workflow.id, project_id, found.number, definition_of(found))
+        return await _find_run_target_in_orm(project_id, workflow_id, version, number)
     if row is None:
         raise NotFound(f"workflow {workflow_id!r} not found")
     if row["number"] is None:
@@ -167,6 +169,26 @@ async def find_run_target(
     if parsed is None:
         parsed = _parse_once(key, json.loads(row["definition"]))
     return RunTarget(workflow_id, project_id, row["number"], parsed)
+
+
+async def _find_run_target_in_orm(
+    project_id: str, workflow_id: str, version: str | None, number: int | None
+) -> RunTarget:
+    """find_run_target through Tortoise: one read, and one more for an unparsed version."""
+    versions = WorkflowVersion.filter(workflow_id=workflow_id, workflow__project_id=project_id)
+    # The latest version is the highest number (publish only ever raises latest_version).
+    versions = versions.order_by("-number") if number is None else versions.filter(number=number)
+    found: list[int] = await versions.limit(1).values_list("number", flat=True)  # type: ignore[assignment]
+    if not found:
+        if await Workflow.exists(id=workflow_id, project_id=project_id):
+            raise NotFound(f"workflow {workflow_id!r} has no version {version!r}")
+        raise NotFound(f"workflow {workflow_id!r} not found")
+    key = (workflow_id, found[0])
+    parsed = _PARSED.get(key)
+    if parsed is None:
+        stored = await WorkflowVersion.get(workflow_id=workflow_id, number=key[1])
+        parsed = _parse_once(key, stored.definition)
+    return RunTarget(workflow_id, project_id, key[1], parsed)
 
 
 async def list_runs(project_id: str, workflow_id: str) -> list[WorkflowRun]:
@@ -195,11 +217,13 @@ async def run_version(
     trigger: str,
     services: NodeServices,
     run_id: str | None = None,
+    record_with: RecordWith | None = None,
 ) -> tuple[WorkflowRun, RunResult]:
     """Run one version and record it; a cancelled run (client gone) is recorded as such.
 
     An unknown event or invalid inputs raise before anything runs or is recorded.
-    ``run_id`` lets a caller name the record before it exists (webhook deliveries do).
+    ``run_id`` lets a caller name the record before it exists, and ``record_with``
+    commits a write of its own with the final record (webhook deliveries do both).
     """
     run = EngineRun(target.definition, event=event, inputs=inputs, services=services)
     record = WorkflowRun(
@@ -213,7 +237,7 @@ async def run_version(
         inputs=run.inputs,
         started_at=utcnow(),
     )
-    recorder = _RunRecorder(record)
+    recorder = _RunRecorder(record, record_with)
     # Most runs end within milliseconds: their record is written once, when they end.
     # A longer run shows as "running" from RECORD_RUNNING_AFTER on.
     timer = asyncio.get_running_loop().call_later(RECORD_RUNNING_AFTER, recorder.record_running)
@@ -233,8 +257,9 @@ async def run_version(
 class _RunRecorder:
     """Writes a run's record: at its end, and before that too if it runs for long."""
 
-    def __init__(self, record: WorkflowRun) -> None:
+    def __init__(self, record: WorkflowRun, record_with: RecordWith | None) -> None:
         self.record = record
+        self._record_with = record_with
         self._running: asyncio.Task[None] | None = None
 
     def record_running(self) -> None:
@@ -243,6 +268,14 @@ class _RunRecorder:
 
     async def _insert(self) -> None:
         await commit_together(lambda db: self.record.save(using_db=db, force_create=True))
+
+    async def _write_end(self, db: BaseDBAsyncClient, *, insert: bool) -> None:
+        if insert:
+            await self.record.save(using_db=db, force_create=True)
+        else:
+            await self.record.save(update_fields=_END_FIELDS, using_db=db)
+        if self._record_with is not None:
+            await self._record_with(db, self.record)
 
     async def record_end(self, result: RunResult) -> None:
         """Write how the run ended: an update of the running record, or the only insert."""
@@ -253,17 +286,14 @@ class _RunRecorder:
         record.error = result.error.to_json() if result.error else None
         record.node_timings = result.timings_json()
         record.finished_at = result.finished_date or utcnow()
+        insert = True
         if self._running is not None:
             try:
                 await self._running
+                insert = False
             except Exception:
                 logger.exception("run %s: its running record was not written", record.id)
-            else:
-                await commit_together(
-                    lambda db: record.save(update_fields=_END_FIELDS, using_db=db)
-                )
-                return
-        await self._insert()
+        await commit_together(lambda db: self._write_end(db, insert=insert))
 
 
 async def record_refused_run(
@@ -274,6 +304,7 @@ async def record_refused_run(
     trigger: str,
     error: LibflowError,
     run_id: str | None = None,
+    record_with: RecordWith | None = None,
 ) -> WorkflowRun:
     """Record a run that never started (unknown event, invalid inputs) as failed.
 
@@ -281,7 +312,7 @@ async def record_refused_run(
     nobody to answer, so its run record is where the error shows.
     """
     now = utcnow()
-    return await WorkflowRun.create(
+    record = WorkflowRun(
         id=run_id or new_id(),
         workflow_id=target.workflow_id,
         project_id=target.project_id,
@@ -292,5 +323,14 @@ async def record_refused_run(
         status_code=error.status,
         inputs=inputs or {},
         error={"code": error.code, "node": None, "message": error.message},
+        started_at=now,
         finished_at=now,
     )
+
+    async def write(db: BaseDBAsyncClient) -> None:
+        await record.save(using_db=db, force_create=True)
+        if record_with is not None:
+            await record_with(db, record)
+
+    await commit_together(write)
+    return record

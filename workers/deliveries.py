@@ -10,30 +10,30 @@ rather than run a second time).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from datetime import timedelta
 from typing import Any
 
 from arq.worker import Retry
+from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.exceptions import DBConnectionError, OperationalError
 from tortoise.expressions import F
 
 from libflow.engine import InvalidInputs, UnknownEvent
 from libflow.engine.definition import MAX_TIMEOUT_SECONDS
 from libflow.errors import Unavailable
+from libflow.group_commit import commit_together
 from libflow.ids import new_id, utcnow
 from libflow.jobs import JobQueue
 from libflow.models import (
     DeliveryStatus,
-    Webhook,
     WebhookDelivery,
     WorkflowRun,
 )
 from libflow.webhooks import payload_of
-from libflow.workflows import RunTarget, find_run_target, record_refused_run, run_version
-from workers.context import JobResources, job_resources
+from libflow.workflows import find_run_target, record_refused_run, run_version
+from workers.context import job_resources
 
 logger = logging.getLogger("libflow.deliveries")
 
@@ -65,13 +65,17 @@ async def enqueue_delivery(jobs: JobQueue, delivery_id: str) -> bool:
 async def _claim(delivery_id: str) -> str | None:
     """The run id of the delivery if this job won it, else None."""
     run_id = new_id()
-    claimed = await WebhookDelivery.filter(id=delivery_id, status=DeliveryStatus.PENDING).update(
-        status=DeliveryStatus.RUNNING,
-        run_id=run_id,
-        started_at=utcnow(),
-        attempts=F("attempts") + 1,
-    )
-    return run_id if claimed else None
+
+    async def claim(db: BaseDBAsyncClient) -> int:
+        pending = WebhookDelivery.filter(id=delivery_id, status=DeliveryStatus.PENDING)
+        return await pending.using_db(db).update(
+            status=DeliveryStatus.RUNNING,
+            run_id=run_id,
+            started_at=utcnow(),
+            attempts=F("attempts") + 1,
+        )
+
+    return run_id if await commit_together(claim) else None
 
 
 async def _release(delivery_id: str, run_id: str) -> None:
@@ -92,8 +96,8 @@ async def deliver_webhook(ctx: dict[str, Any], delivery_id: str) -> None:
     if run_id is None:
         return  # already run, or running elsewhere
     try:
-        delivery = await WebhookDelivery.get(id=delivery_id)
-        webhook = await Webhook.get(id=delivery.webhook_id)
+        delivery = await WebhookDelivery.get(id=delivery_id).select_related("webhook")
+        webhook = delivery.webhook
         target = await find_run_target(
             webhook.project_id, webhook.workflow_id, None, resources.reads
         )
@@ -103,44 +107,24 @@ async def deliver_webhook(ctx: dict[str, Any], delivery_id: str) -> None:
             await _release(delivery_id, run_id)
         raise Retry(defer=job_try * 2) from err
     inputs = {"payload": payload_of(delivery.body), "headers": delivery.headers}
+
+    async def finish(db: BaseDBAsyncClient, run: WorkflowRun) -> None:
+        # In the run record's own transaction: the two never disagree.
+        error = run.error
+        if run.status == "cancelled":  # shutdown mid-run: not run again (see the module)
+            error = {"code": "CANCELLED", "node": None, "message": "the worker stopped"}
+        await _finish(db, delivery_id, run.status == "succeeded", error)
+
     try:
-        succeeded, error = await _run(resources, delivery, webhook, target, inputs)
-    except asyncio.CancelledError:
-        # Shutdown mid-run: the run record says "cancelled"; the delivery must not stay
-        # claimed, and is not run again (its run may have had effects already).
-        cancelled = {"code": "CANCELLED", "node": None, "message": "the worker stopped"}
-        await asyncio.shield(_finish(delivery_id, succeeded=False, error=cancelled))
-        raise
-    await _finish(delivery_id, succeeded=succeeded, error=error)
-
-
-async def _finish(delivery_id: str, *, succeeded: bool, error: dict[str, Any] | None) -> None:
-    await WebhookDelivery.filter(id=delivery_id).update(
-        status=DeliveryStatus.SUCCEEDED if succeeded else DeliveryStatus.FAILED,
-        error=error,
-        finished_at=utcnow(),
-    )
-
-
-async def _run(
-    resources: JobResources,
-    delivery: WebhookDelivery,
-    webhook: Webhook,
-    target: RunTarget,
-    inputs: dict[str, Any],
-) -> tuple[bool, dict[str, Any] | None]:
-    """Run and record the delivery's workflow: (succeeded, error)."""
-    run_id = delivery.run_id
-    try:
-        _, result = await run_version(
+        await run_version(
             target,
             event=webhook.event,
             inputs=inputs,
             trigger="webhook",
             services=resources.node_services(target.project_id),
             run_id=run_id,
+            record_with=finish,
         )
-        return result.success, result.error.to_json() if result.error else None
     except (UnknownEvent, InvalidInputs) as refused:
         await record_refused_run(
             target,
@@ -149,8 +133,22 @@ async def _run(
             trigger="webhook",
             error=refused,
             run_id=run_id,
+            record_with=finish,
         )
-        return False, {"code": refused.code, "node": None, "message": refused.message}
+
+
+async def _finish(
+    db: BaseDBAsyncClient, delivery_id: str, succeeded: bool, error: dict[str, Any] | None
+) -> None:
+    await (
+        WebhookDelivery.filter(id=delivery_id)
+        .using_db(db)
+        .update(
+            status=DeliveryStatus.SUCCEEDED if succeeded else DeliveryStatus.FAILED,
+            error=error,
+            finished_at=utcnow(),
+        )
+    )
 
 
 async def sweep_deliveries(ctx: dict[str, Any]) -> None:
