@@ -7,6 +7,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from aiohttp import web
+from asyncpg.exceptions import (
+    AdminShutdownError,
+    CannotConnectNowError,
+    CrashShutdownError,
+    PostgresConnectionError,
+    TooManyConnectionsError,
+)
 from tortoise.exceptions import DBConnectionError
 
 logger = logging.getLogger("libflow.errors")
@@ -108,6 +115,18 @@ class Unavailable(LibflowError):
     code = "UNAVAILABLE"
 
 
+# The database (or another dependency) is out of reach for now: a connection refused or
+# dropped mid-query, or PostgreSQL restarting. Tortoise translates only some of these.
+DEPENDENCY_DOWN: tuple[type[BaseException], ...] = (
+    DBConnectionError,
+    ConnectionError,
+    PostgresConnectionError,
+    AdminShutdownError,
+    CrashShutdownError,
+    CannotConnectNowError,
+    TooManyConnectionsError,
+)
+
 STATUS_BY_CODE: dict[str, int] = {
     "UNAUTHORIZED": 401,
     "FORBIDDEN": 403,
@@ -176,7 +195,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if err.status == 405 and "Allow" in err.headers:
             response.headers["Allow"] = err.headers["Allow"]
         return response
-    except (DBConnectionError, ConnectionError) as err:
+    except DEPENDENCY_DOWN as err:
         # The database or another dependency went away: the caller may retry.
         logger.warning("dependency unavailable on %s %s: %r", request.method, request.path, err)
         return error_response("UNAVAILABLE", "a dependency is unavailable, retry later")

@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from arq.worker import Retry
 from yarl import URL
 
 from tests.conftest import Api, ClientFactory, Shape, base_settings, new_project
 from tests.library_helpers import assert_error
 from tests.private_redis import PrivateRedis
+from tests.processing_helpers import job_context
 from tests.tcp_proxy import TcpProxy
 from tests.webhook_helpers import (
     create_webhook,
@@ -23,6 +25,7 @@ from tests.webhook_helpers import (
     standard_headers,
 )
 from tests.workflow_helpers import get_run, runs_of
+from workers.deliveries import deliver_webhook
 
 
 async def wait_for_deliveries(
@@ -131,3 +134,31 @@ async def test_the_receiver_answers_503_with_retry_after_while_the_database_is_u
     assert (await deliver(api, created["webhookId"], body, headers)).status == 200
     [delivery] = await wait_for_deliveries(api, created["webhookId"], 1)
     assert delivery["status"] == "succeeded"
+
+
+async def test_a_delivery_job_retries_while_the_database_is_unreachable(
+    start_app: ClientFactory,
+    tmp_path: Path,
+    postgres_proxy: tuple[TcpProxy, str],
+    redis_url: str,
+) -> None:
+    proxy, database_url = postgres_proxy
+    settings = base_settings(tmp_path, database_url=database_url, redis_url=redis_url)
+    client = await start_app(settings)
+    project_id, key = await new_project()
+    api = Api(client, Shape("custom", settings), project_id, key)
+    created = await create_webhook(api)
+    body = event_body()
+    await deliver(api, created["webhookId"], body, standard_headers(created["secret"], body))
+    [queued] = await deliveries_of(api, created["webhookId"])
+
+    await proxy.cut()
+    try:
+        with pytest.raises(Retry):
+            await deliver_webhook(job_context(api), queued["deliveryId"])
+    finally:
+        await proxy.start()
+
+    [delivery] = await wait_for_deliveries(api, created["webhookId"], 1)
+    assert (delivery["status"], delivery["attempts"]) == ("succeeded", 1)
+    assert len(await runs_of(api, created["workflowId"])) == 1

@@ -17,12 +17,12 @@ from typing import Any
 
 from arq.worker import Retry
 from tortoise.backends.base.client import BaseDBAsyncClient
-from tortoise.exceptions import DBConnectionError, OperationalError
+from tortoise.exceptions import OperationalError
 from tortoise.expressions import F
 
 from libflow.engine import InvalidInputs, UnknownEvent
 from libflow.engine.definition import MAX_TIMEOUT_SECONDS
-from libflow.errors import Unavailable
+from libflow.errors import DEPENDENCY_DOWN, Unavailable
 from libflow.group_commit import commit_together
 from libflow.ids import new_id, utcnow
 from libflow.jobs import JobQueue
@@ -44,7 +44,7 @@ REQUEUE_AFTER = timedelta(seconds=2)
 INTERRUPTED_AFTER = timedelta(seconds=MAX_TIMEOUT_SECONDS + 60)
 _SWEEP_BATCH = 500
 # The database or the network went away for a moment: try again later.
-TRANSIENT_ERRORS = (DBConnectionError, OperationalError, ConnectionError, OSError)
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (*DEPENDENCY_DOWN, OperationalError, OSError)
 
 
 def delivery_job_id(delivery_id: str) -> str:
