@@ -6,7 +6,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from bench import get_file, processing, runsync, search, upload
+from bench import get_file, processing, runsync, search, upload, webhooks
 from bench._common import Report, Result, install_sigterm_handler, render_table
 
 BENCHMARKS: tuple[tuple[str, Callable[[], Report]], ...] = (
@@ -15,6 +15,7 @@ BENCHMARKS: tuple[tuple[str, Callable[[], Report]], ...] = (
     (processing.NAME, processing.run),
     (search.NAME, search.run),
     (runsync.NAME, runsync.run),
+    (webhooks.NAME, webhooks.run),
 )
 
 

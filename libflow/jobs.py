@@ -80,7 +80,7 @@ class InProcessJobQueue:
     async def enqueue(self, job: JobFunction, *args: Any, job_id: str | None = None) -> None:
         """Start the job now; it waits for a free slot.
 
-        As with arq, a job whose ``job_id`` is already queued or running is not queued again.
+        As with arq, a job whose ``job_id`` is already queued is not queued again.
         """
         if job_id is not None:
             if job_id in self._queued_ids:
@@ -89,10 +89,11 @@ class InProcessJobQueue:
         task = asyncio.create_task(self._run(job, args, job_id or job.__name__))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        if job_id is not None:
-            task.add_done_callback(lambda _: self._queued_ids.discard(job_id))
 
     async def _run(self, job: JobFunction, args: tuple[Any, ...], job_id: str) -> None:
+        # Once started, the same id may be queued again: what it was queued for may
+        # already be behind this job (a delivery committed after its last claim).
+        self._queued_ids.discard(job_id)
         for job_try in range(1, MAX_TRIES + 1):
             async with self._slots:
                 try:

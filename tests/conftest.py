@@ -281,7 +281,8 @@ async def run_worker_burst(settings: Settings) -> None:
     Tortoise keeps its state in a context variable: the worker opens its own
     connections as a separate worker process would.
     """
-    worker = Worker(**worker_settings(settings), burst=True, poll_delay=0, handle_signals=False)
+    options = {**worker_settings(settings), "poll_delay": 0}
+    worker = Worker(**options, burst=True, handle_signals=False)
     try:
         await asyncio.create_task(worker.main(), context=contextvars.Context())
     finally:

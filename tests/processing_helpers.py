@@ -173,8 +173,8 @@ async def process_in_order(api: Api, names: Sequence[str]) -> list[dict[str, Any
     if not api.shape.uses_worker:
         return [await process_fixture(api, name) for name in names]
     uploaded = [await upload_fixture(api, name) for name in names]
-    options = {**worker_settings(api.shape.settings), "max_jobs": 1}
-    worker = Worker(**options, burst=True, poll_delay=0, handle_signals=False)
+    options = {**worker_settings(api.shape.settings), "max_jobs": 1, "poll_delay": 0}
+    worker = Worker(**options, burst=True, handle_signals=False)
     try:
         await asyncio.create_task(worker.main(), context=contextvars.Context())
     finally:

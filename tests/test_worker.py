@@ -41,7 +41,8 @@ def _run_worker_script(
 
 
 def _worker(settings: Settings) -> Worker:
-    return Worker(**worker_settings(settings), burst=True, poll_delay=0, handle_signals=False)
+    options = {**worker_settings(settings), "poll_delay": 0}
+    return Worker(**options, burst=True, handle_signals=False)
 
 
 async def _run_burst(worker: Worker) -> None:
@@ -116,8 +117,10 @@ async def test_worker_runs_a_json_job_and_stores_a_json_result(
 
     worker = _worker(settings)
     await _run_burst(worker)
-    # This job, and the re-embedding cron that runs at every worker's start-up.
-    assert (worker.jobs_complete, worker.jobs_failed, worker.jobs_retried) == (2, 0, 0)
+    # This job, and the crons that run at every worker's start-up (re-embedding, the
+    # delivery sweep, which may tick once more during the burst).
+    assert worker.jobs_complete >= 3
+    assert (worker.jobs_failed, worker.jobs_retried) == (0, 0)
 
     redis: Redis = Redis.from_url(redis_url)
     try:

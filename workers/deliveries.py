@@ -1,111 +1,161 @@
-"""Webhook deliveries: each accepted delivery runs its workflow once, on a worker.
+"""Webhook deliveries: every accepted delivery runs its workflow once, on a worker.
 
-Once: a job claims its delivery with one conditional update (pending -> running) and
-only the job that wins runs it, so a replayed delivery, a job queued twice (by the
-receiver and by the sweep) or a retried job cannot run a workflow twice. The claim
-also names the run record, which is how the sweep tells a delivery whose worker died
-before the run began (queued again) from one that died during it (recorded failed
-rather than run a second time).
+The inbox table is the queue; Redis only wakes workers up. The receiver queues a
+``deliver_webhooks`` job after each commit, under an id shared by every delivery of
+the same 50 ms, so a burst of deliveries wakes a few jobs rather than one job each
+(arq spends about ten Redis round trips on a job: at one job per delivery that, not
+the runs, was the ceiling). A job claims pending deliveries a batch at a time with one
+conditional update (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so workers share the
+inbox), runs them concurrently and claims more until the inbox is empty. Only a claim
+runs a delivery, so a replayed delivery or a job queued twice cannot run it twice.
+
+The claim names each run record before it exists, which is how the sweep tells a
+delivery whose worker died before its run began (queued again) from one that died
+during it (recorded failed rather than run a second time). The sweep also wakes a job
+for deliveries left pending: queued while Redis was down, or arriving just as a job
+finished its last claim.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import time
 from datetime import timedelta
 from typing import Any
 
 from arq.worker import Retry
 from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.exceptions import OperationalError
-from tortoise.expressions import F
 
 from libflow.engine import InvalidInputs, UnknownEvent
 from libflow.engine.definition import MAX_TIMEOUT_SECONDS
-from libflow.errors import DEPENDENCY_DOWN, Unavailable
+from libflow.errors import DEPENDENCY_DOWN, NotFound, Unavailable
 from libflow.group_commit import commit_together
-from libflow.ids import new_id, utcnow
+from libflow.ids import utcnow
 from libflow.jobs import JobQueue
-from libflow.models import (
-    DeliveryStatus,
-    WebhookDelivery,
-    WorkflowRun,
-)
+from libflow.models import DeliveryStatus, WebhookDelivery, WorkflowRun
 from libflow.webhooks import payload_of
 from libflow.workflows import find_run_target, record_refused_run, run_version
-from workers.context import job_resources
+from workers.context import JobResources, job_resources
 
 logger = logging.getLogger("libflow.deliveries")
 
-# A delivery the receiver could not queue (Redis down) is queued by the sweep once it
-# is this old; younger ones are most likely still on their way through the queue.
+# Deliveries pending this long are queued again by the sweep (a wake-up was lost).
 REQUEUE_AFTER = timedelta(seconds=2)
 # A claimed delivery still running after the longest run allowed lost its worker.
 INTERRUPTED_AFTER = timedelta(seconds=MAX_TIMEOUT_SECONDS + 60)
-_SWEEP_BATCH = 500
+# Runs one job keeps going at once (most wait on I/O: the database, http_request nodes).
+RUNS_AT_ONCE = 64
+WAKE_UP_WINDOW_SECONDS = 0.05
+DRAIN_SECONDS = 60
 # The database or the network went away for a moment: try again later.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (*DEPENDENCY_DOWN, OperationalError, OSError)
 
 
-def delivery_job_id(delivery_id: str) -> str:
-    """One queued job per delivery: arq refuses a second job with the same id."""
-    return f"deliver:{delivery_id}"
-
-
-async def enqueue_delivery(jobs: JobQueue, delivery_id: str) -> bool:
-    """Queue the delivery's run; False when the queue is down (the sweep queues it later)."""
+async def wake_delivery_job(jobs: JobQueue) -> bool:
+    """Queue a job that drains the inbox; False when the queue is down (the sweep will)."""
+    window = int(time.time() / WAKE_UP_WINDOW_SECONDS)
     try:
-        await jobs.enqueue(deliver_webhook, delivery_id, job_id=delivery_job_id(delivery_id))
+        await jobs.enqueue(deliver_webhooks, job_id=f"deliver_webhooks:{window}")
     except Unavailable:
-        logger.warning("delivery %s stays in the inbox: the job queue is down", delivery_id)
+        logger.warning("deliveries stay in the inbox until the job queue is back")
         return False
     return True
 
 
-async def _claim(delivery_id: str) -> str | None:
-    """The run id of the delivery if this job won it, else None."""
-    run_id = new_id()
+# PostgreSQL: workers skip the rows another worker is claiming. SQLite has one writer.
+_CLAIM_SQL = {
+    "postgres": (
+        'UPDATE "webhook_deliveries" SET "status" = \'running\', "started_at" = $1,'
+        ' "attempts" = "attempts" + 1, "run_id" = replace(gen_random_uuid()::text, \'-\', \'\')'
+        ' WHERE "id" IN (SELECT "id" FROM "webhook_deliveries" WHERE "status" = \'pending\''
+        ' ORDER BY "received_at" LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING "id"'
+    ),
+    "sqlite": (
+        'UPDATE "webhook_deliveries" SET "status" = \'running\', "started_at" = ?,'
+        ' "attempts" = "attempts" + 1, "run_id" = lower(hex(randomblob(16)))'
+        ' WHERE "id" IN (SELECT "id" FROM "webhook_deliveries" WHERE "status" = \'pending\''
+        ' ORDER BY "received_at" LIMIT ?) RETURNING "id"'
+    ),
+}
 
-    async def claim(db: BaseDBAsyncClient) -> int:
-        pending = WebhookDelivery.filter(id=delivery_id, status=DeliveryStatus.PENDING)
-        return await pending.using_db(db).update(
-            status=DeliveryStatus.RUNNING,
-            run_id=run_id,
-            started_at=utcnow(),
-            attempts=F("attempts") + 1,
-        )
 
-    return run_id if await commit_together(claim) else None
+async def _claim(limit: int) -> list[str]:
+    """Up to ``limit`` pending deliveries, now running and ours alone."""
+
+    async def claim(db: BaseDBAsyncClient) -> list[str]:
+        sql = _CLAIM_SQL[db.capabilities.dialect]
+        started = utcnow()
+        value: Any = started if db.capabilities.dialect == "postgres" else started.isoformat()
+        # execute_query would not fetch an UPDATE's RETURNING rows on PostgreSQL.
+        rows = await db.execute_query_dict(sql, [value, limit])
+        return [row["id"] for row in rows]
+
+    return await commit_together(claim)
 
 
-async def _release(delivery_id: str, run_id: str) -> None:
+async def _release(delivery_id: str, run_id: str | None) -> None:
     """Give a claimed delivery back to the inbox: its run has not begun."""
     await WebhookDelivery.filter(id=delivery_id, run_id=run_id).update(
         status=DeliveryStatus.PENDING, run_id=None, started_at=None
     )
 
 
-async def deliver_webhook(ctx: dict[str, Any], delivery_id: str) -> None:
-    """Run the workflow of one delivery (latest version) and record how it went."""
+async def deliver_webhooks(ctx: dict[str, Any]) -> None:
+    """Claim and run pending deliveries until the inbox is empty."""
     resources = job_resources(ctx)
     job_try: int = ctx.get("job_try", 1)
+    running: set[asyncio.Task[None]] = set()
+    # A job's time is bounded (arq's timeout): past this it claims no more and hands over.
+    stop_claiming = time.monotonic() + DRAIN_SECONDS
     try:
-        run_id = await _claim(delivery_id)
+        while True:
+            claimed: list[str] = []
+            if len(running) < RUNS_AT_ONCE and time.monotonic() < stop_claiming:
+                claimed = await _claim(RUNS_AT_ONCE - len(running))
+            if claimed:
+                deliveries = await WebhookDelivery.filter(id__in=claimed).select_related("webhook")
+                for delivery in deliveries:
+                    running.add(asyncio.create_task(_deliver(resources, delivery)))
+            elif not running:
+                if time.monotonic() >= stop_claiming:
+                    await wake_delivery_job(resources.jobs)  # the inbox may still hold some
+                return
+            if running and (not claimed or len(running) >= RUNS_AT_ONCE):
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                running -= done
+                for task in done:
+                    if not task.cancelled() and task.exception() is not None:
+                        logger.error("a delivery failed", exc_info=task.exception())
     except TRANSIENT_ERRORS as err:
+        # The claimed deliveries whose runs had not begun go back to the inbox (or, if the
+        # database is still away, the sweep gives them back once stale).
+        await asyncio.gather(*running, return_exceptions=True)
         raise Retry(defer=job_try * 2) from err
-    if run_id is None:
-        return  # already run, or running elsewhere
+    finally:
+        if running:  # cancelled (shutdown): let the runs record themselves as cancelled
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+
+
+async def _deliver(resources: JobResources, delivery: WebhookDelivery) -> None:
+    """Run one claimed delivery's workflow (latest version) and record how it went."""
+    webhook = delivery.webhook
     try:
-        delivery = await WebhookDelivery.get(id=delivery_id).select_related("webhook")
-        webhook = delivery.webhook
         target = await find_run_target(
             webhook.project_id, webhook.workflow_id, None, resources.reads
         )
-    except TRANSIENT_ERRORS as err:
+    except TRANSIENT_ERRORS:
         # If this fails too, the delivery stays claimed: the sweep gives it back once stale.
         with contextlib.suppress(*TRANSIENT_ERRORS):
-            await _release(delivery_id, run_id)
-        raise Retry(defer=job_try * 2) from err
+            await _release(delivery.id, delivery.run_id)
+        raise
+    except NotFound as gone:  # the workflow has no version to run (cannot happen today)
+        await _finish_alone(delivery.id, gone.code, gone.message)
+        return
     inputs = {"payload": payload_of(delivery.body), "headers": delivery.headers}
 
     async def finish(db: BaseDBAsyncClient, run: WorkflowRun) -> None:
@@ -113,7 +163,7 @@ async def deliver_webhook(ctx: dict[str, Any], delivery_id: str) -> None:
         error = run.error
         if run.status == "cancelled":  # shutdown mid-run: not run again (see the module)
             error = {"code": "CANCELLED", "node": None, "message": "the worker stopped"}
-        await _finish(db, delivery_id, run.status == "succeeded", error)
+        await _finish(db, delivery.id, run.status == "succeeded", error)
 
     try:
         await run_version(
@@ -122,7 +172,7 @@ async def deliver_webhook(ctx: dict[str, Any], delivery_id: str) -> None:
             inputs=inputs,
             trigger="webhook",
             services=resources.node_services(target.project_id),
-            run_id=run_id,
+            run_id=delivery.run_id,
             record_with=finish,
         )
     except (UnknownEvent, InvalidInputs) as refused:
@@ -132,7 +182,7 @@ async def deliver_webhook(ctx: dict[str, Any], delivery_id: str) -> None:
             inputs=inputs,
             trigger="webhook",
             error=refused,
-            run_id=run_id,
+            run_id=delivery.run_id,
             record_with=finish,
         )
 
@@ -151,27 +201,28 @@ async def _finish(
     )
 
 
-async def sweep_deliveries(ctx: dict[str, Any]) -> None:
-    """Queue what the inbox still holds, and settle deliveries whose worker died.
+async def _finish_alone(delivery_id: str, code: str, message: str) -> None:
+    error = {"code": code, "node": None, "message": message}
+    await commit_together(lambda db: _finish(db, delivery_id, False, error))
 
-    Runs periodically and at worker start: after a Redis outage this is what
-    queues the deliveries the receiver accepted while it was down.
+
+async def sweep_deliveries(ctx: dict[str, Any]) -> None:
+    """Settle deliveries whose worker died, and wake a job for what the inbox still holds.
+
+    Runs every few seconds and at worker start: after a Redis outage this is what
+    runs the deliveries the receiver accepted while it was down.
     """
     await settle_interrupted_deliveries(INTERRUPTED_AFTER)
     await requeue_pending_deliveries(job_resources(ctx).jobs, REQUEUE_AFTER)
 
 
 async def requeue_pending_deliveries(jobs: JobQueue, older_than: timedelta) -> None:
-    """Queue every pending delivery received more than ``older_than`` ago."""
-    pending = WebhookDelivery.filter(
-        status=DeliveryStatus.PENDING, received_at__lt=utcnow() - older_than
-    ).order_by("received_at", "id")
-    offset = 0
-    while ids := await pending.offset(offset).limit(_SWEEP_BATCH).values_list("id", flat=True):
-        for delivery_id in ids:
-            if not await enqueue_delivery(jobs, str(delivery_id)):
-                return  # the queue is down again: the next sweep goes on
-        offset += len(ids)
+    """Wake a delivery job when a delivery has been pending longer than ``older_than``."""
+    stale = WebhookDelivery.filter(
+        status=DeliveryStatus.PENDING, received_at__lte=utcnow() - older_than
+    )
+    if await stale.exists():
+        await wake_delivery_job(jobs)
 
 
 async def settle_interrupted_deliveries(stale_after: timedelta) -> None:

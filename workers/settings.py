@@ -19,7 +19,7 @@ from libflow.search import VectorIndex
 from libflow.storage.factory import open_storage
 from settings import Settings, settings_from_env
 from workers.context import RESOURCES, JobResources
-from workers.deliveries import deliver_webhook, sweep_deliveries
+from workers.deliveries import DRAIN_SECONDS, deliver_webhooks, sweep_deliveries
 from workers.embeddings import open_embedder
 from workers.files import (
     PROCESS_FILE_TIMEOUT,
@@ -33,10 +33,12 @@ logger = logging.getLogger("libflow.worker")
 
 FUNCTIONS = [
     func(process_file, timeout=PROCESS_FILE_TIMEOUT),
-    # A run times out by itself after MAX_TIMEOUT_SECONDS: arq's limit only backs it up.
-    func(deliver_webhook, timeout=MAX_TIMEOUT_SECONDS + 60),
+    # A job stops claiming after DRAIN_SECONDS and its runs time out by themselves after
+    # MAX_TIMEOUT_SECONDS: arq's limit only backs them up. Its ids are single-use.
+    func(deliver_webhooks, timeout=DRAIN_SECONDS + MAX_TIMEOUT_SECONDS + 60, keep_result=0),
 ]
 _EXIT_STACK = "exit_stack"
+WORKER_POLL_SECONDS = 0.05
 
 
 async def startup(ctx: dict[str, Any]) -> None:
@@ -79,7 +81,7 @@ def cron_jobs() -> list[CronJob]:
         # At start-up too: a worker starting with a new embedder re-embeds the index.
         cron(reembed_stale_chunks, minute={7, 37}, run_at_startup=True),
         # Deliveries accepted while Redis was down wait in the inbox for this sweep.
-        cron(sweep_deliveries, second=set(range(0, 60, 10)), run_at_startup=True),
+        cron(sweep_deliveries, second=set(range(0, 60, 2)), run_at_startup=True),
     ]
 
 
@@ -97,5 +99,8 @@ def worker_settings(settings: Settings) -> dict[str, Any]:
         "max_tries": MAX_TRIES,
         # Processing is CPU-bound (extraction, embedding): a few jobs at once per process.
         "max_jobs": settings.job_concurrency,
+        # arq sleeps this long between polls of the queue (0.5 s by default, which capped
+        # a worker at max_jobs jobs per half second whatever their length).
+        "poll_delay": WORKER_POLL_SECONDS,
         "ctx": {"settings": settings},
     }

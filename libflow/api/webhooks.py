@@ -11,7 +11,7 @@ from libflow.api.bodies import CreateWebhookBody, parse_body, query_limit
 from libflow.errors import PayloadTooLarge
 from libflow.ids import iso
 from libflow.models import Webhook, WebhookDelivery
-from workers.deliveries import enqueue_delivery
+from workers.deliveries import wake_delivery_job
 
 routes = web.RouteTableDef()
 PROJECT = "/api/publicv1/projects/{projectId}"
@@ -121,6 +121,6 @@ async def receive(request: web.Request) -> web.Response:
         request.match_info["webhookId"], request.headers, body
     )
     if delivery.status == "pending":
-        # Redis down: the delivery stays in the inbox and the sweep queues it later.
-        await enqueue_delivery(request.app[appkeys.JOBS], delivery.id)
+        # Redis down: the delivery stays in the inbox and the sweep wakes a job later.
+        await wake_delivery_job(request.app[appkeys.JOBS])
     return web.json_response({"ok": True})
