@@ -2,31 +2,10 @@
 
 from __future__ import annotations
 
-import sqlite3
-from datetime import datetime
-
-from tortoise import fields
-
-from libflow.inline_reads import InlineReads, InlineReadUnavailable
+from libflow.inline_reads import InlineReads, InlineReadUnavailable, model_from_row
 from libflow.models import LibraryFile
 
 _SELECT = 'SELECT * FROM "library_files" WHERE "id" = ? AND "project_id" = ? LIMIT 1'
-
-
-_DATETIME_COLUMNS = tuple(
-    name
-    for name, field in LibraryFile._meta.fields_map.items()
-    if isinstance(field, fields.DatetimeField)
-)
-
-
-def _file_from_row(row: sqlite3.Row) -> LibraryFile:
-    """The conversion Tortoise applies to rows it fetches, with a faster datetime parse."""
-    values = dict(row)
-    for name in _DATETIME_COLUMNS:
-        if isinstance(values[name], str):
-            values[name] = datetime.fromisoformat(values[name])
-    return LibraryFile._init_from_db(**values)
 
 
 class FileLookup:
@@ -41,4 +20,4 @@ class FileLookup:
             row = self._reads.row(_SELECT, (file_id, project_id))
         except InlineReadUnavailable:
             return await LibraryFile.get_or_none(id=file_id, project_id=project_id)
-        return None if row is None else _file_from_row(row)
+        return None if row is None else model_from_row(LibraryFile, row)

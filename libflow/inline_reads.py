@@ -8,11 +8,18 @@ than block the loop.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sqlite3
-from typing import Any
+from datetime import datetime
+from typing import Any, TypeVar
+
+from tortoise import fields
+from tortoise.models import Model
 
 logger = logging.getLogger("libflow.inline_reads")
+
+M = TypeVar("M", bound=Model)
 
 
 class InlineReadUnavailable(Exception):
@@ -49,3 +56,21 @@ class InlineReads:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+
+
+@functools.cache
+def _datetime_columns(model: type[Model]) -> tuple[str, ...]:
+    return tuple(
+        name
+        for name, field in model._meta.fields_map.items()
+        if isinstance(field, fields.DatetimeField)
+    )
+
+
+def model_from_row(model: type[M], row: sqlite3.Row) -> M:
+    """The conversion Tortoise applies to rows it fetches, with a faster datetime parse."""
+    values = dict(row)
+    for name in _datetime_columns(model):
+        if isinstance(values[name], str):
+            values[name] = datetime.fromisoformat(values[name])
+    return model._init_from_db(**values)

@@ -11,7 +11,9 @@ from typing import Any
 from tortoise.exceptions import IntegrityError
 
 from libflow.errors import NotFound
+from libflow.group_commit import commit_together
 from libflow.ids import utcnow
+from libflow.inline_reads import InlineReads, InlineReadUnavailable, model_from_row
 from libflow.models import Webhook, WebhookDelivery
 from libflow.signatures import SIGNATURE_HEADERS, new_secret, verify
 from libflow.workflows import get_workflow
@@ -120,29 +122,43 @@ def _storable_id(delivery_id: str) -> str:
     return f"sha256:{digest}"
 
 
+_WEBHOOK_SQL = 'SELECT * FROM "webhooks" WHERE "id" = ? AND "deleted_at" IS NULL'
+
+
+async def _live_webhook(webhook_id: str, reads: InlineReads) -> Webhook | None:
+    try:
+        row = reads.row(_WEBHOOK_SQL, (webhook_id,))
+    except InlineReadUnavailable:
+        return await Webhook.get_or_none(id=webhook_id, deleted_at=None)
+    return None if row is None else model_from_row(Webhook, row)
+
+
 async def receive_delivery(
-    webhook_id: str, headers: Mapping[str, str], body: bytes
+    webhook_id: str, headers: Mapping[str, str], body: bytes, reads: InlineReads
 ) -> WebhookDelivery:
     """Verify a delivery and commit it to the inbox; a repeated one returns the first.
 
     Raises NotFound for an unknown or deleted webhook and InvalidSignature when the
     signature does not verify. Nothing is written for a refused delivery.
     """
-    webhook = await Webhook.get_or_none(id=webhook_id, deleted_at=None)
+    webhook = await _live_webhook(webhook_id, reads)
     if webhook is None:
         raise NotFound(f"webhook {webhook_id!r} not found")
     now = utcnow()
     verified = verify(
         webhook.scheme, verifying_secrets(webhook, now), headers, body, now=now.timestamp()
     )
+    delivery = WebhookDelivery(
+        webhook_id=webhook.id,
+        project_id=webhook.project_id,
+        external_id=_storable_id(verified.delivery_id),
+        body=body,
+        headers=run_headers(headers),
+    )
     try:
-        return await WebhookDelivery.create(
-            webhook_id=webhook.id,
-            project_id=webhook.project_id,
-            external_id=_storable_id(verified.delivery_id),
-            body=body,
-            headers=run_headers(headers),
-        )
+        # Concurrent deliveries share a commit; each answer still waits for its own.
+        await commit_together(lambda db: delivery.save(using_db=db, force_create=True))
+        return delivery
     except IntegrityError:
         # The sender retried (or replayed) a delivery we have: acknowledge it again.
         existing = await WebhookDelivery.get_or_none(

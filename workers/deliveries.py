@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -54,15 +55,38 @@ DRAIN_SECONDS = 60
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (*DEPENDENCY_DOWN, OperationalError, OSError)
 
 
+_WOKEN: weakref.WeakKeyDictionary[JobQueue, int] = weakref.WeakKeyDictionary()
+
+
 async def wake_delivery_job(jobs: JobQueue) -> bool:
-    """Queue a job that drains the inbox; False when the queue is down (the sweep will)."""
+    """Queue a job that drains the inbox; False when the queue is down (the sweep will).
+
+    One job per window: this process asks Redis only for the first delivery of each
+    (queueing costs several round trips even when arq refuses a job it already has).
+    """
     window = int(time.time() / WAKE_UP_WINDOW_SECONDS)
+    if _WOKEN.get(jobs) == window:
+        return True
     try:
         await jobs.enqueue(deliver_webhooks, job_id=f"deliver_webhooks:{window}")
     except Unavailable:
         logger.warning("deliveries stay in the inbox until the job queue is back")
         return False
+    _WOKEN[jobs] = window
     return True
+
+
+# How long after its window a job makes its last claim: clocks of API and worker hosts
+# differ a little (a larger gap leaves a delivery to the sweep, never loses it).
+WINDOW_MARGIN_SECONDS = 0.05
+
+
+def _window_end(ctx: dict[str, Any]) -> float:
+    """When the wake-up window this job was queued for ends, plus the margin (0: unknown)."""
+    _, _, window = str(ctx.get("job_id", "")).rpartition(":")
+    if not window.isdigit():
+        return 0.0
+    return (int(window) + 1) * WAKE_UP_WINDOW_SECONDS + WINDOW_MARGIN_SECONDS
 
 
 # PostgreSQL: workers skip the rows another worker is claiming. SQLite has one writer.
@@ -122,7 +146,14 @@ async def deliver_webhooks(ctx: dict[str, Any]) -> None:
             elif not running:
                 if time.monotonic() >= stop_claiming:
                     await wake_delivery_job(resources.jobs)  # the inbox may still hold some
-                return
+                    return
+                wait = _window_end(ctx) - time.time()
+                if wait <= 0:
+                    return
+                # Receivers in this job's window do not queue another job (see
+                # wake_delivery_job): what they commit before it ends is ours to claim.
+                await asyncio.sleep(wait)
+                continue
             if running and (not claimed or len(running) >= RUNS_AT_ONCE):
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 running -= done

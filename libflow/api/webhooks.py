@@ -118,7 +118,7 @@ async def receive(request: web.Request) -> web.Response:
     if len(body) > limit:
         raise PayloadTooLarge(f"a delivery may hold at most {limit} bytes")
     delivery = await webhooks.receive_delivery(
-        request.match_info["webhookId"], request.headers, body
+        request.match_info["webhookId"], request.headers, body, request.app[appkeys.INLINE_READS]
     )
     if delivery.status == "pending":
         # Redis down: the delivery stays in the inbox and the sweep wakes a job later.
