@@ -23,6 +23,7 @@ from libflow.jobs import ArqJobQueue, InProcessJobQueue, JobFunction, JobQueue, 
 from libflow.logs import request_log_middleware
 from libflow.metrics import HttpMetrics, metrics_middleware
 from libflow.models import LibraryFile, ProcessingStatus, Project
+from libflow.rate_limits import open_rate_limiter
 from libflow.search import VectorIndex
 from libflow.storage.factory import open_storage
 from libflow.storage.local import LocalStorage
@@ -133,6 +134,12 @@ async def _every(queue: InProcessJobQueue, job: JobFunction, seconds: float) -> 
         await queue.enqueue(job)
 
 
+async def _rate_limiter(app: web.Application) -> AsyncIterator[None]:
+    async with open_rate_limiter(app[appkeys.SETTINGS]) as limiter:
+        app[appkeys.RATE_LIMITER] = limiter
+        yield
+
+
 async def _http_client(app: web.Application) -> AsyncIterator[None]:
     async with ClientSession(timeout=ClientTimeout(total=30)) as session:
         app[appkeys.HTTP_CLIENT] = session
@@ -156,7 +163,7 @@ def create_app(settings: Settings) -> web.Application:
     app[appkeys.API_KEYS] = ApiKeyCache(settings.api_key_cache_seconds)
     app[appkeys.METRICS_REGISTRY] = registry
     app[appkeys.METRICS] = metrics
-    app.cleanup_ctx.extend([_database, _storage, _embedder, _http_client, _jobs])
+    app.cleanup_ctx.extend([_database, _storage, _embedder, _http_client, _rate_limiter, _jobs])
     app[appkeys.VECTOR_INDEX] = VectorIndex()
     app.add_routes(library.routes)
     app.add_routes(workflows.routes)

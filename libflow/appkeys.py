@@ -10,6 +10,7 @@ from libflow.file_lookup import FileLookup
 from libflow.inline_reads import InlineReads
 from libflow.jobs import JobQueue
 from libflow.metrics import HttpMetrics
+from libflow.rate_limits import RateLimiter
 from libflow.search import VectorIndex
 from libflow.storage import Storage
 from libflow.storage.local import LocalStorage
@@ -22,6 +23,7 @@ STORAGE = web.AppKey("storage", Storage)
 LOCAL_STORAGE = web.AppKey[LocalStorage | None]("local_storage")
 JOBS = web.AppKey("jobs", JobQueue)
 API_KEYS = web.AppKey("api_keys", ApiKeyCache)
+RATE_LIMITER = web.AppKey[RateLimiter]("rate_limiter")
 METRICS = web.AppKey("metrics", HttpMetrics)
 METRICS_REGISTRY = web.AppKey("metrics_registry", CollectorRegistry)
 FILE_LOOKUP = web.AppKey("file_lookup", FileLookup)

@@ -8,7 +8,7 @@ from aiohttp import web
 
 from libflow import appkeys
 from libflow.callers import Caller
-from libflow.errors import Forbidden, Unauthorized
+from libflow.errors import Forbidden, RateLimited, Unauthorized
 
 API_PREFIX = "/api/publicv1"
 PUBLIC_PATHS = frozenset({f"{API_PREFIX}/openapi.json"})
@@ -30,7 +30,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def api_key_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Authenticate every ``/api/publicv1`` request and keep keys inside their project."""
+    """Authenticate every ``/api/publicv1`` request, keep keys inside their project and
+    within their rate limit."""
     path = request.path
     if not (path == API_PREFIX or path.startswith(API_PREFIX + "/")) or path in PUBLIC_PATHS:
         return await handler(request)
@@ -43,5 +44,8 @@ async def api_key_middleware(request: web.Request, handler: Handler) -> web.Stre
     project_id = request.match_info.get("projectId")
     if project_id is not None and project_id != caller.project_id:
         raise Forbidden("this API key belongs to another project")
+    wait = await request.app[appkeys.RATE_LIMITER].charge(caller.key_id)
+    if wait > 0:
+        raise RateLimited(wait)
     request[CALLER] = caller
     return await handler(request)

@@ -39,6 +39,14 @@ class ApiCallError(CliError):
         self.body = body
 
 
+class RateLimitedError(ApiCallError):
+    """429 RATE_LIMITED: the call may be made again after ``retry_after`` seconds."""
+
+    def __init__(self, message: str, body: dict[str, Any], retry_after: int) -> None:
+        super().__init__(message, body)
+        self.retry_after = retry_after
+
+
 def _print(data: Any, as_json: bool, text: str) -> None:
     print(json.dumps(data) if as_json else text)
 
@@ -119,7 +127,24 @@ async def _keys_list(args: argparse.Namespace) -> None:
     await _with_database(action)
 
 
+# Waits on 429 RATE_LIMITED before the CLI gives up on a call.
+RATE_LIMIT_RETRIES = 10
+
+
 async def _api(
+    session: aiohttp.ClientSession, method: str, url: str, api_key: str, **kwargs: Any
+) -> dict[str, Any]:
+    for attempt in range(RATE_LIMIT_RETRIES + 1):
+        try:
+            return await _api_once(session, method, url, api_key, **kwargs)
+        except RateLimitedError as err:
+            if attempt == RATE_LIMIT_RETRIES:
+                raise
+            await asyncio.sleep(err.retry_after)
+    raise AssertionError("unreachable")
+
+
+async def _api_once(
     session: aiohttp.ClientSession, method: str, url: str, api_key: str, **kwargs: Any
 ) -> dict[str, Any]:
     headers = {"Authorization": api_key}
@@ -133,11 +158,12 @@ async def _api(
             raise CliError(
                 f"{method} {url}: {response.status} {response.reason}: not a libflow API answer"
             )
+        message = f"{method} {url}: {response.status} {body.get('error')}: {body.get('message')}"
+        retry_after = response.headers.get("Retry-After", "")
+        if response.status == 429 and retry_after.isdigit():
+            raise RateLimitedError(message, body, int(retry_after))
         if response.status >= 400:
-            raise ApiCallError(
-                f"{method} {url}: {response.status} {body.get('error')}: {body.get('message')}",
-                body,
-            )
+            raise ApiCallError(message, body)
         return body
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
@@ -109,6 +110,17 @@ class MethodNotAllowed(LibflowError):
     code = "METHOD_NOT_ALLOWED"
 
 
+class RateLimited(LibflowError):
+    """The API key sent more requests than its rate limit allows."""
+
+    code = "RATE_LIMITED"
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__("too many requests for this API key: retry after the Retry-After delay")
+        # Whole seconds, rounded up: a client that waits that long gets a token.
+        self.retry_after = max(1, math.ceil(retry_after))
+
+
 class Unavailable(LibflowError):
     """A dependency (database, queue, storage) cannot be reached right now."""
 
@@ -183,6 +195,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     """Render domain errors, aiohttp's HTTP errors and crashes as JSON error bodies."""
     try:
         return await handler(request)
+    except RateLimited as err:
+        response = error_response(err.code, err.message, status=err.status)
+        response.headers["Retry-After"] = str(err.retry_after)
+        return response
     except LibflowError as err:
         return error_response(err.code, err.message, details=err.details, status=err.status)
     except web.HTTPException as err:

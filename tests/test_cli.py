@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -119,19 +120,16 @@ class Server:
         return files
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """``python run_server.py --port P --data-dir D`` on an empty data dir, as in the README."""
-    data_dir = tmp_path_factory.mktemp("libflow-data")
-    log = data_dir.parent / "server.log"
+@contextlib.contextmanager
+def running_server(data_dir: Path, **env: str) -> Iterator[Server]:
+    """``python run_server.py --port P --data-dir D`` with these settings, stopped on exit."""
+    log = data_dir.parent / f"{data_dir.name}.log"
     port = unused_port()
-    # Keys are cached for a few seconds by default; a revocation must show at once here.
-    env = clean_env(data_dir, LIBFLOW_API_KEY_CACHE_SECONDS="0")
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "run_server.py", "--port", str(port), "--data-dir", str(data_dir)],
             cwd=ROOT,
-            env=env,
+            env=clean_env(data_dir, **env),
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -155,6 +153,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """``python run_server.py --port P --data-dir D`` on an empty data dir, as in the README."""
+    # Keys are cached for a few seconds by default; a revocation must show at once here.
+    with running_server(
+        tmp_path_factory.mktemp("libflow-data"), LIBFLOW_API_KEY_CACHE_SECONDS="0"
+    ) as started:
+        yield started
 
 
 @pytest.fixture
@@ -431,3 +439,23 @@ def test_upload_through_a_failing_proxy_fails_in_one_line(proxy_down: str, tmp_p
         tmp_path, "upload", "someproject", str(notes), "--url", proxy_down, "--api-key", "lf_x"
     )
     assert "502" in assert_one_line_failure(result)
+
+
+def test_upload_waits_out_the_rate_limit_instead_of_failing(tmp_path: Path) -> None:
+    # One request a second, none saved up: the second file's calls meet 429s.
+    limited = dict(LIBFLOW_RATE_LIMIT="1", LIBFLOW_RATE_LIMIT_BURST="1", LIBFLOW_EMBEDDER="none")
+    with running_server(tmp_path / "data", **limited) as started:
+        created = ok_json(libflow(started.data_dir, "projects", "create", "demo", "--json"))
+        paths = []
+        for name in ("a.txt", "b.txt"):
+            paths.append(tmp_path / name)
+            paths[-1].write_text(f"file {name}\n")
+
+        result = libflow(
+            started.data_dir,
+            *("upload", "--url", started.url, "--api-key", created["apiKey"]),
+            *("--", created["projectId"], *map(str, paths)),
+        )
+
+    assert result.returncode == 0, result.stderr
+    assert [line.split(":")[0] for line in result.stdout.splitlines()] == ["a.txt", "b.txt"]

@@ -1,0 +1,161 @@
+"""Per-API-key rate limits: 429 RATE_LIMITED with Retry-After, shared through Redis."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from redis.asyncio import Redis
+
+from libflow.models import Project
+from libflow.projects import create_api_key
+from libflow.rate_limits import MemoryRateLimiter, RedisRateLimiter
+from tests.conftest import ClientFactory, base_settings, new_project
+from tests.private_redis import PrivateRedis
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_key_may_send_its_burst_at_once_then_waits_one_interval() -> None:
+    clock = FakeClock()
+    limiter = MemoryRateLimiter(rate=2, burst=3, clock=clock)
+
+    assert [await limiter.charge("k") for _ in range(3)] == [0, 0, 0]
+    assert await limiter.charge("k") == 0.5
+
+    clock.now += 0.5
+    assert await limiter.charge("k") == 0
+    assert await limiter.charge("k") == 0.5
+
+
+async def test_an_idle_key_gets_its_whole_burst_back() -> None:
+    clock = FakeClock()
+    limiter = MemoryRateLimiter(rate=10, burst=2, clock=clock)
+    for _ in range(2):
+        await limiter.charge("k")
+
+    clock.now += 60
+    assert [await limiter.charge("k") for _ in range(2)] == [0, 0]
+
+
+async def test_keys_have_buckets_of_their_own() -> None:
+    limiter = MemoryRateLimiter(rate=1, burst=1, clock=FakeClock())
+    assert await limiter.charge("a") == 0
+    assert await limiter.charge("b") == 0
+    assert await limiter.charge("a") > 0
+
+
+async def test_a_refused_request_does_not_use_a_token() -> None:
+    clock = FakeClock()
+    limiter = MemoryRateLimiter(rate=1, burst=1, clock=clock)
+    await limiter.charge("k")
+    for _ in range(5):
+        assert await limiter.charge("k") == 1.0  # hammering does not push the wait out
+
+    clock.now += 1
+    assert await limiter.charge("k") == 0
+
+
+async def test_over_the_limit_is_429_rate_limited_with_retry_after(
+    start_app: ClientFactory, tmp_path: Path
+) -> None:
+    client = await start_app(base_settings(tmp_path, rate_limit=0.5, rate_limit_burst=2))
+    project_id, key = await new_project()
+    url = f"/api/publicv1/projects/{project_id}/library/files"
+
+    statuses = [(await client.get(url, headers={"Authorization": key})).status for _ in range(2)]
+    refused = await client.get(url, headers={"Authorization": key})
+
+    assert statuses == [200, 200]
+    assert refused.status == 429
+    assert refused.headers["Retry-After"] == "2"
+    body = await refused.json()
+    assert body["error"] == "RATE_LIMITED"
+    assert "retry" in body["message"].lower()
+
+
+async def test_another_key_of_the_same_project_has_its_own_limit(
+    start_app: ClientFactory, tmp_path: Path
+) -> None:
+    client = await start_app(base_settings(tmp_path, rate_limit=0.5, rate_limit_burst=1))
+    project_id, first = await new_project()
+    _key, second = await create_api_key(await Project.get(id=project_id), name="second")
+    url = f"/api/publicv1/projects/{project_id}/library/files"
+
+    assert (await client.get(url, headers={"Authorization": first})).status == 200
+    assert (await client.get(url, headers={"Authorization": first})).status == 429
+    assert (await client.get(url, headers={"Authorization": second})).status == 200
+
+
+async def test_a_request_without_a_valid_key_is_401_whatever_the_rate(
+    start_app: ClientFactory, tmp_path: Path
+) -> None:
+    client = await start_app(base_settings(tmp_path, rate_limit=0.5, rate_limit_burst=1))
+    project_id, _key = await new_project()
+    url = f"/api/publicv1/projects/{project_id}/library/files"
+    for _ in range(3):
+        response = await client.get(url, headers={"Authorization": "not-a-key"})
+        assert response.status == 401
+
+
+async def test_zero_turns_the_limit_off(start_app: ClientFactory, tmp_path: Path) -> None:
+    client = await start_app(base_settings(tmp_path, rate_limit=0, rate_limit_burst=1))
+    project_id, key = await new_project()
+    url = f"/api/publicv1/projects/{project_id}/library/files"
+    for _ in range(20):
+        assert (await client.get(url, headers={"Authorization": key})).status == 200
+
+
+async def test_api_processes_sharing_redis_share_each_keys_limit(
+    start_app: ClientFactory, tmp_path: Path, redis_url: str
+) -> None:
+    # Two API processes (two apps here) behind one load balancer, one Redis.
+    settings = [
+        base_settings(tmp_path / name, redis_url=redis_url, rate_limit=0.5, rate_limit_burst=2)
+        for name in ("a", "b")
+    ]
+    first = await start_app(settings[0])
+    second = await start_app(settings[1])
+    project_id, key = await new_project()
+    url = f"/api/publicv1/projects/{project_id}/library/files"
+    headers = {"Authorization": key}
+
+    assert (await first.get(url, headers=headers)).status == 200
+    assert (await second.get(url, headers=headers)).status == 200
+    refused = await first.get(url, headers=headers)
+    assert refused.status == 429
+    assert (await second.get(url, headers=headers)).status == 429
+    assert refused.headers["Retry-After"] == "2"
+
+
+async def test_the_redis_limiter_keeps_one_bucket_per_key(redis_url: str) -> None:
+    redis: Redis = Redis.from_url(redis_url)
+    try:
+        limiter = RedisRateLimiter(redis, rate=4, burst=2)
+        assert [await limiter.charge("k") for _ in range(2)] == [0, 0]
+        wait = await limiter.charge("k")
+        assert 0.2 < wait <= 0.25
+        assert await limiter.charge("other") == 0
+        assert 0 < await redis.pttl("libflow:rate:k") <= 502  # idle buckets expire
+    finally:
+        await redis.aclose()
+
+
+async def test_requests_go_ahead_while_the_limiters_redis_is_down(
+    start_app: ClientFactory, tmp_path: Path, private_redis: PrivateRedis
+) -> None:
+    settings = base_settings(
+        tmp_path, redis_url=private_redis.url, rate_limit=0.5, rate_limit_burst=1
+    )
+    client = await start_app(settings)
+    project_id, key = await new_project()
+    url = f"/api/publicv1/projects/{project_id}/library/files"
+    private_redis.stop()
+
+    for _ in range(3):
+        assert (await client.get(url, headers={"Authorization": key})).status == 200
