@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator
 from email.message import Message
@@ -16,6 +17,7 @@ from yarl import URL
 
 from libflow import appkeys
 from libflow.storage.local import LocalStorage
+from libflow.storage.signing import UrlSigner
 from tests.conftest import (
     Api,
     ClientFactory,
@@ -505,3 +507,17 @@ async def test_storage_routes_are_404_json_when_s3_serves_the_bytes(s3_api: Api)
         headers={"Content-Type": "application/pdf"},
     )
     await assert_error(response, 404, "NOT_FOUND")
+
+
+def test_start_up_removes_temp_files_of_uploads_cut_off_long_ago(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path, UrlSigner(b"k", "http://127.0.0.1"))
+    cut_off = tmp_path / ".tmp" / "a.part"
+    in_progress = tmp_path / ".tmp" / "b.part"
+    for path in (cut_off, in_progress):
+        path.write_bytes(b"partial")
+    two_hours_ago = time.time() - 7200
+    os.utime(cut_off, (two_hours_ago, two_hours_ago))
+
+    assert storage.remove_stale_temp_files() == 1
+    assert not cut_off.exists()
+    assert in_progress.exists()  # written to recently: an upload still running

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -30,4 +31,7 @@ async def open_storage(settings: Settings) -> AsyncIterator[Storage]:
         ) as s3:
             yield s3
     else:
-        yield local_storage(settings)
+        local = local_storage(settings)
+        # Uploads cut off by a crash left their temp files: nothing else removes them.
+        await asyncio.to_thread(local.remove_stale_temp_files)
+        yield local

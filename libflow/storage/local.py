@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -15,6 +17,8 @@ from libflow.storage.signing import UrlSigner
 
 _SEGMENT = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}")
 _WRITE_BUFFER = 1024 * 1024
+# A temp file idle this long belongs to no upload still running.
+STALE_TEMP_SECONDS = 3600
 # Upload writes and fsyncs get threads of their own, so a burst of uploads never
 # starves the default executor that other blocking calls share.
 _IO_THREADS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="libflow-upload")
@@ -177,6 +181,21 @@ class LocalStorage:
             _discard_when_idle(fd, tmp, inflight)
             raise
         os.close(fd)
+
+    def remove_stale_temp_files(self, older_than: float = STALE_TEMP_SECONDS) -> int:
+        """Remove temp files nothing has written to for ``older_than`` seconds.
+
+        An upload in progress writes to its temp file all the time, so an idle one was cut
+        off (a crash, a kill -9); other processes sharing this root are left alone.
+        """
+        cutoff = time.time() - older_than
+        removed = 0
+        for path in self._tmp.glob("*.part"):
+            with contextlib.suppress(FileNotFoundError):
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
+                    removed += 1
+        return removed
 
     def _tmp_path(self) -> Path:
         return self._tmp / f"{os.urandom(12).hex()}.part"
