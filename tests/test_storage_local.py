@@ -151,6 +151,17 @@ async def test_tampered_content_type_is_403_forbidden(api: Api) -> None:
     assert await local_storage(api).head(created["path"]) is None
 
 
+@pytest.mark.parametrize("sig", ["\u00e9t\u00e9", "\U0001f511" * 43], ids=["latin-1", "emoji"])
+async def test_non_ascii_signature_is_403_forbidden(api: Api, sig: str) -> None:
+    created = await create_record(api)
+    forged = tamper(created["storageLink"], sig=sig)
+    async with api.client.session.put(
+        forged, data=PDF, headers={"Content-Type": "application/pdf"}
+    ) as response:
+        await assert_error(response, 403, "FORBIDDEN")
+    assert await local_storage(api).head(created["path"]) is None
+
+
 async def test_extended_expiry_is_403_forbidden(api: Api) -> None:
     created = await create_record(api)
     expires = int(link(created["storageLink"]).query["expires"])

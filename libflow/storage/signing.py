@@ -69,7 +69,8 @@ class UrlSigner:
             raise SignatureInvalid("the storage URL is missing its signature") from err
         disposition = query.get("cd", "")
         expected = self._signature(method, key, expires, content_type, disposition)
-        if not hmac.compare_digest(expected, signature):
+        # Bytes: compare_digest refuses str with non-ASCII characters (a TypeError, a 500).
+        if not hmac.compare_digest(expected.encode(), signature.encode("utf-8", "replace")):
             raise SignatureInvalid("the storage URL signature does not match")
         if expires < time.time():
             raise SignatureInvalid("the storage URL has expired")
