@@ -36,6 +36,9 @@ FUNCTIONS = [
     # A job stops claiming after DRAIN_SECONDS and its runs time out by themselves after
     # MAX_TIMEOUT_SECONDS: arq's limit only backs them up. Its ids are single-use.
     func(deliver_webhooks, timeout=DRAIN_SECONDS + MAX_TIMEOUT_SECONDS + 60, keep_result=0),
+    # Also a cron job; queued by name it takes a shorter idle time, for an operator who
+    # knows a worker died and will not wait the 20 minutes.
+    func(recover_stuck_files),
 ]
 _EXIT_STACK = "exit_stack"
 WORKER_POLL_SECONDS = 0.05
