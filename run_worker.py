@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from arq.worker import Worker
-
 from libflow.logs import configure_logging
 from settings import SettingsError, settings_from_env
 from workers.settings import worker_settings
+from workers.worker import LibflowWorker
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     configure_logging(settings.log_level)
-    worker = Worker(**worker_settings(settings), burst=args.burst, handle_signals=True)
+    worker = LibflowWorker(**worker_settings(settings), burst=args.burst, handle_signals=True)
     worker.run()
     return 0
 

@@ -16,7 +16,6 @@ import asyncpg
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, unused_port
-from arq.worker import Worker
 from redis.asyncio import Redis
 from tortoise.backends.base.executor import EXECUTOR_CACHE
 
@@ -26,6 +25,7 @@ from settings import Settings
 from tests.private_redis import PrivateRedis
 from tests.s3server import s3_endpoint  # noqa: F401  (a fixture)
 from workers.settings import worker_settings
+from workers.worker import LibflowWorker
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -282,7 +282,7 @@ async def run_worker_burst(settings: Settings) -> None:
     connections as a separate worker process would.
     """
     options = {**worker_settings(settings), "poll_delay": 0}
-    worker = Worker(**options, burst=True, handle_signals=False)
+    worker = LibflowWorker(**options, burst=True, handle_signals=False)
     try:
         await asyncio.create_task(worker.main(), context=contextvars.Context())
     finally:

@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from arq.worker import Worker
 from PIL import Image
 
 from libflow import appkeys
@@ -21,6 +20,7 @@ from tests.conftest import Api, create_record, fixture_bytes, put_bytes, wait_un
 from tests.library_helpers import link
 from workers.context import RESOURCES
 from workers.settings import worker_settings
+from workers.worker import LibflowWorker
 
 
 def file_type_of(name: str) -> str:
@@ -174,7 +174,7 @@ async def process_in_order(api: Api, names: Sequence[str]) -> list[dict[str, Any
         return [await process_fixture(api, name) for name in names]
     uploaded = [await upload_fixture(api, name) for name in names]
     options = {**worker_settings(api.shape.settings), "max_jobs": 1, "poll_delay": 0}
-    worker = Worker(**options, burst=True, handle_signals=False)
+    worker = LibflowWorker(**options, burst=True, handle_signals=False)
     try:
         await asyncio.create_task(worker.main(), context=contextvars.Context())
     finally:

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 from arq.constants import default_queue_name, job_key_prefix, result_key_prefix
-from arq.worker import Worker
 from redis.asyncio import Redis
 
 from libflow.jobs import MAX_TRIES, ArqJobQueue, deserialize_job, open_arq_pool, serialize_job
@@ -20,6 +19,7 @@ from settings import Settings
 from tests.conftest import base_settings
 from workers.files import process_file, remove_abandoned_uploads
 from workers.settings import shutdown, startup, worker_settings
+from workers.worker import LibflowWorker
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,12 +40,12 @@ def _run_worker_script(
     return result, time.monotonic() - started
 
 
-def _worker(settings: Settings) -> Worker:
+def _worker(settings: Settings) -> LibflowWorker:
     options = {**worker_settings(settings), "poll_delay": 0}
-    return Worker(**options, burst=True, handle_signals=False)
+    return LibflowWorker(**options, burst=True, handle_signals=False)
 
 
-async def _run_burst(worker: Worker) -> None:
+async def _run_burst(worker: LibflowWorker) -> None:
     """Drain the queue in a context of its own, as a separate worker process would."""
     try:
         await asyncio.create_task(worker.main(), context=contextvars.Context())

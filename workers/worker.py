@@ -1,0 +1,52 @@
+"""The arq worker, made to ride out a Redis outage instead of exiting with it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from arq.worker import Worker
+from redis.exceptions import RedisError
+
+logger = logging.getLogger("libflow.worker")
+
+# How often a worker that lost Redis tries it again.
+REDIS_RETRY_SECONDS = 1.0
+
+
+class LibflowWorker(Worker):
+    """arq's Worker, except that losing Redis pauses the polling loop rather than ending it.
+
+    arq lets a failed poll end ``main()``, and the process exits: every worker of a
+    deployment would die with a Redis restart. Here the running jobs go on (those that
+    reach Redis at the end fail to record a result, as they would have anyway), the
+    worker waits for Redis, and takes jobs again when it is back. Whatever the outage lost
+    from the queue, the sweeps find again in the database (pending deliveries, files
+    stuck in processing).
+    """
+
+    _redis_down = False
+
+    async def _poll_iteration(self) -> None:
+        try:
+            await super()._poll_iteration()
+        except (RedisError, OSError) as err:
+            if not self._redis_down:
+                logger.warning("Redis is unreachable, waiting for it: %r", err)
+            self._redis_down = True
+            await self._recount_running_jobs()
+            await asyncio.sleep(REDIS_RETRY_SECONDS)
+            return
+        if self._redis_down:
+            self._redis_down = False
+            logger.warning("Redis is back: taking jobs again")
+
+    async def _recount_running_jobs(self) -> None:
+        # A poll that failed half-way through starting a job took a slot it never gave
+        # back: count the slots again from the jobs really running.
+        running = sum(not task.done() for task in self.tasks.values())
+        self.job_counter = running
+        slots = asyncio.BoundedSemaphore(self.max_jobs + 1)
+        for _ in range(running):  # never waits: released as each of those jobs ends
+            await slots.acquire()
+        self.sem = slots
