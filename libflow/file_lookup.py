@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from libflow.ids import possible_id
 from libflow.inline_reads import InlineReads, InlineReadUnavailable, model_from_row
 from libflow.models import LibraryFile
 
@@ -16,6 +17,8 @@ class FileLookup:
 
     async def get(self, project_id: str, file_id: str) -> LibraryFile | None:
         """The file ``file_id`` of ``project_id``, or None."""
+        if not possible_id(file_id):
+            return None
         try:
             row = self._reads.row(_SELECT, (file_id, project_id))
         except InlineReadUnavailable:

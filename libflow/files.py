@@ -25,7 +25,7 @@ from libflow.errors import (
 from libflow.file_lookup import FileLookup
 from libflow.filetypes import DOCUMENT_TYPES, MIME_TYPES, normalize_file_type, same_content_type
 from libflow.folders import find_folder
-from libflow.ids import iso, new_id, utcnow
+from libflow.ids import iso, new_id, possible_id, utcnow
 from libflow.jobs import JobQueue
 from libflow.models import LibraryFile, ProcessingStatus
 from libflow.search import remove_file_index
@@ -147,6 +147,8 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         moment = datetime.fromisoformat(created)
         if moment.tzinfo is None:
             raise ValueError("a cursor this API wrote carries a time zone")
+        if not possible_id(file_id):
+            raise ValueError("a cursor this API wrote ends with a file id")
         return moment, file_id
     except (ValueError, binascii.Error, UnicodeDecodeError) as err:
         raise ValidationFailed(

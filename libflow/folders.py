@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from libflow.errors import NotFound
+from libflow.ids import possible_id
 from libflow.models import Folder
 
 ROOT = "root"
@@ -17,7 +18,9 @@ async def find_folder(project_id: str, folder_id: str) -> Folder | None:
     """The folder ``folder_id`` of the project; None stands for root."""
     if folder_id == ROOT:
         return None
-    folder = await Folder.get_or_none(id=folder_id, project_id=project_id)
+    folder = None
+    if possible_id(folder_id):
+        folder = await Folder.get_or_none(id=folder_id, project_id=project_id)
     if folder is None:
         raise NotFound(f"folder {folder_id!r} not found")
     return folder

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 from datetime import UTC, datetime
+
+# What an id column can hold: URL-safe characters, at most 32 of them (new_id's length).
+_POSSIBLE_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 
 def new_id() -> str:
@@ -13,6 +17,15 @@ def new_id() -> str:
     command line (``libflow keys revoke -x...``).
     """
     return secrets.token_hex(16)
+
+
+def possible_id(value: str) -> bool:
+    """Whether ``value`` could name a stored row; anything else names nothing.
+
+    Checked before a lookup: the ORM refuses a value longer than the column with a
+    ValidationError (a 500), and PostgreSQL refuses a NUL byte in any text.
+    """
+    return _POSSIBLE_ID.fullmatch(value) is not None
 
 
 def utcnow() -> datetime:

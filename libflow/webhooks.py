@@ -12,7 +12,7 @@ from tortoise.exceptions import IntegrityError
 
 from libflow.errors import NotFound
 from libflow.group_commit import commit_together
-from libflow.ids import utcnow
+from libflow.ids import possible_id, utcnow
 from libflow.inline_reads import InlineReads, InlineReadUnavailable, model_from_row
 from libflow.models import Webhook, WebhookDelivery
 from libflow.signatures import SIGNATURE_HEADERS, new_secret, verify
@@ -61,7 +61,9 @@ async def list_webhooks(project_id: str, workflow_id: str) -> list[Webhook]:
 
 async def get_webhook(project_id: str, webhook_id: str) -> Webhook:
     """One webhook of the project that has not been deleted."""
-    webhook = await Webhook.get_or_none(id=webhook_id, project_id=project_id, deleted_at=None)
+    webhook = None
+    if possible_id(webhook_id):
+        webhook = await Webhook.get_or_none(id=webhook_id, project_id=project_id, deleted_at=None)
     if webhook is None:
         raise NotFound(f"webhook {webhook_id!r} not found")
     return webhook
@@ -126,6 +128,8 @@ _WEBHOOK_SQL = 'SELECT * FROM "webhooks" WHERE "id" = ? AND "deleted_at" IS NULL
 
 
 async def _live_webhook(webhook_id: str, reads: InlineReads) -> Webhook | None:
+    if not possible_id(webhook_id):
+        return None
     try:
         row = reads.row(_WEBHOOK_SQL, (webhook_id,))
     except InlineReadUnavailable:

@@ -18,7 +18,7 @@ from libflow.engine import NodeServices, RunResult, WorkflowDefinition, parse_de
 from libflow.engine import WorkflowRun as EngineRun
 from libflow.errors import LibflowError, NotFound
 from libflow.group_commit import commit_together
-from libflow.ids import new_id, utcnow
+from libflow.ids import new_id, possible_id, utcnow
 from libflow.inline_reads import InlineReads, InlineReadUnavailable
 from libflow.models import Workflow, WorkflowRun, WorkflowVersion
 
@@ -46,7 +46,9 @@ async def create_workflow(
 
 async def get_workflow(project_id: str, workflow_id: str) -> Workflow:
     """One workflow of the project."""
-    workflow = await Workflow.get_or_none(id=workflow_id, project_id=project_id)
+    workflow = None
+    if possible_id(workflow_id):
+        workflow = await Workflow.get_or_none(id=workflow_id, project_id=project_id)
     if workflow is None:
         raise NotFound(f"workflow {workflow_id!r} not found")
     return workflow
@@ -155,6 +157,8 @@ async def find_run_target(
     runsync's hottest read: on SQLite it is one inline query, and a version parsed
     before is not parsed again.
     """
+    if not possible_id(workflow_id):
+        raise NotFound(f"workflow {workflow_id!r} not found")
     number = None if version is None else _version_number(version)
     try:
         row = reads.row(_TARGET_SQL, (number, workflow_id, project_id))
@@ -203,7 +207,9 @@ async def list_runs(project_id: str, workflow_id: str) -> list[WorkflowRun]:
 
 async def get_run(project_id: str, run_id: str) -> WorkflowRun:
     """One run of the project."""
-    run = await WorkflowRun.get_or_none(id=run_id, project_id=project_id)
+    run = None
+    if possible_id(run_id):
+        run = await WorkflowRun.get_or_none(id=run_id, project_id=project_id)
     if run is None:
         raise NotFound(f"run {run_id!r} not found")
     return run

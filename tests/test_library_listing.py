@@ -327,6 +327,8 @@ def _b64(text: str) -> str:
         _b64("yesterday|abc"),
         _b64("2026-01-02T03:04:05|abc"),  # no time zone: not one this API wrote
         base64.urlsafe_b64encode(b"\xff\xfe|\x00").decode(),
+        _b64("2026-01-02T03:04:05+00:00|" + "a" * 33),  # longer than any id
+        _b64("2026-01-02T03:04:05+00:00|a\x00b"),
     ],
 )
 async def test_bad_cursor_is_400_validation_error(api: Api, cursor: str) -> None:

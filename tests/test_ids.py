@@ -1,0 +1,56 @@
+"""Ids no row can have (too long, NUL bytes, not URL-safe) name nothing: 404, never a 500."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from tests.conftest import Api
+from tests.library_helpers import assert_error
+from tests.workflow_helpers import SPEC_EXAMPLE
+
+# Longer than an id column, a NUL byte (PostgreSQL refuses it in any text), non-ASCII.
+IMPOSSIBLE_IDS = ["a" * 33, "a\x00b", "\u00e9" * 10]
+
+P = "/api/publicv1/projects/{projectId}"
+# (method, path, JSON body): every route that looks an id up, with the id as {id}.
+LOOKUPS: list[tuple[str, str, dict[str, Any] | None]] = [
+    ("GET", P + "/library/files/{id}", None),
+    ("DELETE", P + "/library/files/{id}", None),
+    ("GET", P + "/library/files/{id}/download", None),
+    ("GET", P + "/library/files/{id}/thumbnail", None),
+    ("GET", P + "/library/files?dir={id}", None),
+    ("GET", P + "/library/search?q=report&dir={id}", None),
+    ("POST", P + "/library/files", {"originalname": "a.pdf", "fileType": "pdf", "dir": "{id}"}),
+    ("POST", P + "/library/dirs", {"name": "Reports", "parent": "{id}"}),
+    ("GET", P + "/workflows/{id}", None),
+    ("POST", P + "/workflows/{id}/versions", {"definition": SPEC_EXAMPLE}),
+    ("GET", P + "/workflows/{id}/runs", None),
+    ("POST", P + "/workflows/{id}/runsync", {}),
+    ("GET", P + "/workflows/{id}/webhooks", None),
+    ("POST", P + "/workflows/{id}/webhooks", {}),
+    ("GET", P + "/runs/{id}", None),
+    ("GET", P + "/webhooks/{id}", None),
+    ("DELETE", P + "/webhooks/{id}", None),
+    ("POST", P + "/webhooks/{id}/rotate", None),
+    ("GET", P + "/webhooks/{id}/deliveries", None),
+    ("POST", "/webhooks/{id}", {}),
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"), LOOKUPS, ids=[f"{m} {p.removeprefix(P)}" for m, p, _ in LOOKUPS]
+)
+async def test_an_id_no_row_can_have_is_404_not_found(
+    shaped_api: Api, method: str, path: str, body: dict[str, Any] | None
+) -> None:
+    api = shaped_api
+    for impossible in IMPOSSIBLE_IDS:
+        url = path.replace("{projectId}", api.project_id).replace("{id}", quote(impossible))
+        json_body = None
+        if body is not None:
+            json_body = {k: impossible if v == "{id}" else v for k, v in body.items()}
+        response = await api.client.request(method, url, headers=api.headers, json=json_body)
+        await assert_error(response, 404, "NOT_FOUND")
