@@ -12,6 +12,7 @@ from asyncpg.exceptions import (
     AdminShutdownError,
     CannotConnectNowError,
     CrashShutdownError,
+    InternalClientError,
     PostgresConnectionError,
     TooManyConnectionsError,
 )
@@ -137,6 +138,9 @@ DEPENDENCY_DOWN: tuple[type[BaseException], ...] = (
     CrashShutdownError,
     CannotConnectNowError,
     TooManyConnectionsError,
+    # A connection the server dropped mid-operation (a restart) can be left in a state
+    # asyncpg refuses to use: "cannot switch to state 12; another operation in progress".
+    InternalClientError,
 )
 
 STATUS_BY_CODE: dict[str, int] = {

@@ -13,7 +13,7 @@ from arq.connections import ArqRedis, RedisSettings
 from arq.worker import Retry
 from redis.exceptions import RedisError
 
-from libflow.errors import Unavailable
+from libflow.errors import DEPENDENCY_DOWN, Unavailable
 
 logger = logging.getLogger("libflow.jobs")
 
@@ -101,6 +101,10 @@ class InProcessJobQueue:
                     return
                 except Retry as retry:
                     defer = (retry.defer_score or 0) / 1000
+                except DEPENDENCY_DOWN as err:
+                    # The database is away: the next run of the job (or its sweep) will do.
+                    logger.warning("job %s: a dependency is unavailable: %r", job_id, err)
+                    return
                 except Exception:
                     logger.exception("job %s failed", job_id)
                     return

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -145,17 +147,18 @@ class PrivatePostgres:
     The server refuses to run as root, so the cluster belongs to the ``postgres`` user.
     """
 
-    def __init__(self, base_dir: Path) -> None:
+    def __init__(self) -> None:
         bin_dirs = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
         if not bin_dirs or shutil.which("runuser") is None:
             raise RuntimeError("PostgreSQL server binaries or runuser are missing")
         self._bin = bin_dirs[-1]
         self.port = unused_port()
-        self.data_dir = base_dir / "pgdata"
         self.url = f"postgres://postgres@127.0.0.1:{self.port}/postgres"
-        base_dir.chmod(0o755)
-        self.data_dir.mkdir()
-        shutil.chown(self.data_dir, "postgres", "postgres")
+        # Not under pytest's tmp_path: its parents are private to root, and the server
+        # runs as postgres.
+        self.data_dir = Path(tempfile.mkdtemp(prefix="libflow-pg-"))
+        if os.geteuid() == 0:
+            shutil.chown(self.data_dir, "postgres", "postgres")
         self._as_postgres(
             str(self._bin / "initdb"), "-D", str(self.data_dir), "-A", "trust", "-U", "postgres"
         )
@@ -176,3 +179,9 @@ class PrivatePostgres:
     def stop(self, mode: str = "fast") -> None:
         """Stop the server (``immediate`` is a crash: no shutdown checkpoint)."""
         self._as_postgres(str(self._bin / "pg_ctl"), "-D", str(self.data_dir), "-m", mode, "stop")
+
+    def remove(self) -> None:
+        """Stop the server if it runs and delete the cluster."""
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self.stop("immediate")
+        shutil.rmtree(self.data_dir, ignore_errors=True)
