@@ -89,6 +89,19 @@ async def test_get_returns_the_latest_definition_and_every_version(api: Api) -> 
     assert all(v["createdDate"].endswith("Z") for v in got["versions"])
 
 
+async def test_create_with_a_name_of_200_characters_keeps_it(api: Api) -> None:
+    created = await create(api, SPEC_EXAMPLE, name="n" * 200)
+    got = await ok_json(await call(api, "GET", f"/{created['workflowId']}"))
+    assert got["name"] == "n" * 200
+
+
+async def test_create_with_a_name_over_200_characters_is_400_naming_the_field(api: Api) -> None:
+    response = await call(api, "POST", "", json={"name": "n" * 201, "definition": SPEC_EXAMPLE})
+    error = await assert_error(response, 400, "VALIDATION_ERROR")
+    assert [d["field"] for d in error["details"]] == ["name"]
+    assert await ok_json(await call(api, "GET", "")) == []
+
+
 async def test_get_of_an_unknown_workflow_is_404(api: Api) -> None:
     await assert_error(await call(api, "GET", "/nosuchworkflow"), 404, "NOT_FOUND")
 

@@ -11,6 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from libflow.errors import InvalidJson, ValidationFailed
 
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=255)]
+# The workflows table holds 200 characters of a name: refuse more here, not in the ORM (a 500).
+WorkflowName = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)
+]
 Id = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 
 
@@ -45,7 +49,7 @@ class FinalizeBody(Body):
 class CreateWorkflowBody(Body):
     """``POST .../workflows``."""
 
-    name: Name
+    name: WorkflowName
     definition: dict[str, Any]
 
 
