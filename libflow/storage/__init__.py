@@ -55,7 +55,12 @@ class Storage(Protocol):
 
 
 def content_disposition(filename: str, *, inline: bool = False) -> str:
-    """An RFC 6266 Content-Disposition with an ASCII fallback and a UTF-8 ``filename*``."""
+    """An RFC 6266 Content-Disposition with an ASCII fallback and a UTF-8 ``filename*``.
+
+    A display name may be ``../../etc/passwd``: the saved file gets no directory part and
+    no control characters, whatever the client does with them (RFC 6266 section 4.3).
+    """
+    filename = "".join("_" if c in "/\\" or ord(c) < 32 or ord(c) == 127 else c for c in filename)
     fallback = (
         "".join(c if 32 <= ord(c) < 127 and c not in '"\\%;' else "_" for c in filename)
         or "download"
