@@ -47,7 +47,8 @@ async def test_an_id_no_row_can_have_is_404_not_found(
     shaped_api: Api, method: str, path: str, body: dict[str, Any] | None
 ) -> None:
     api = shaped_api
-    for impossible in IMPOSSIBLE_IDS:
+    # A NUL in a JSON body is refused before any lookup (see tests/test_security.py).
+    for impossible in [i for i in IMPOSSIBLE_IDS if body is None or "\x00" not in i]:
         url = path.replace("{projectId}", api.project_id).replace("{id}", quote(impossible))
         json_body = None
         if body is not None:

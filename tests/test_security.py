@@ -23,7 +23,7 @@ from libflow.models import ApiKey, LibraryFile, Project
 from libflow.projects import create_api_key, revoke_api_key
 from libflow.storage.local import LocalStorage
 from tests.conftest import Api, create_record, fixture_bytes, new_project
-from tests.library_helpers import assert_error, link
+from tests.library_helpers import assert_error, detail_fields, link
 from tests.workflow_helpers import (
     SPEC_EXAMPLE,
     call,
@@ -187,7 +187,7 @@ async def test_a_folder_name_that_looks_like_a_path_stays_a_display_name(
 
 
 @pytest.mark.parametrize(
-    "folder", ["..", "../..", "root/..", "root/../x", "/", "./root", "..\\root"]
+    "folder", ["..", "../..", "root/..", "root/../x", "/", "./root", "..\\root", "root\x00"]
 )
 async def test_a_dir_that_looks_like_a_path_is_404_and_creates_nothing(
     api: Api, folder: str
@@ -195,7 +195,10 @@ async def test_a_dir_that_looks_like_a_path_is_404_and_creates_nothing(
     response = await api.call(
         "POST", "/files", json={"originalname": "a.pdf", "fileType": "pdf", "dir": folder}
     )
-    await assert_error(response, 404, "NOT_FOUND")
+    if "\x00" in folder:
+        await assert_error(response, 400, "VALIDATION_ERROR")
+    else:
+        await assert_error(response, 404, "NOT_FOUND")
     assert await LibraryFile.filter(project_id=api.project_id).count() == 0
 
 
@@ -204,6 +207,61 @@ async def test_a_dir_filter_that_looks_like_a_path_is_404(api: Api, folder: str)
     await api.upload(PDF)
     response = await api.call("GET", "/files", params={"dir": folder})
     await assert_error(response, 404, "NOT_FOUND")
+
+
+# --- NUL characters: refused alike on both shapes (PostgreSQL cannot store them) ------------
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "field"),
+    [
+        ("/files", {"originalname": "a\x00.pdf", "fileType": "pdf", "dir": "root"}, "originalname"),
+        ("/files", {"originalname": "a.pdf", "fileType": "pdf\x00", "dir": "root"}, "fileType"),
+        ("/dirs", {"name": "Re\x00ports"}, "name"),
+    ],
+)
+async def test_a_nul_in_a_library_body_is_400_naming_the_field(
+    shaped_api: Api, route: str, body: dict[str, Any], field: str
+) -> None:
+    api = shaped_api
+    error = await assert_error(await api.call("POST", route, json=body), 400, "VALIDATION_ERROR")
+    assert detail_fields(error) == {field}
+    assert await (await api.call("GET", "/files")).json() == []
+    assert await (await api.call("GET", "/dirs")).json() == []
+
+
+async def test_a_nul_in_a_workflow_name_or_definition_is_400_and_creates_nothing(
+    shaped_api: Api,
+) -> None:
+    api = shaped_api
+    for body, field in [
+        ({"name": "a\x00", "definition": SPEC_EXAMPLE}, "name"),
+        ({"name": "a", "definition": {**SPEC_EXAMPLE, "x\x00": 1}}, "definition"),
+    ]:
+        response = await call(api, "POST", "", json=body)
+        error = await assert_error(response, 400, "VALIDATION_ERROR")
+        assert detail_fields(error) == {field}
+    assert await ok_json(await call(api, "GET", "")) == []
+
+
+async def test_a_nul_in_runsync_inputs_is_400_and_records_no_run(shaped_api: Api) -> None:
+    api = shaped_api
+    created = await create(api, SPEC_EXAMPLE)
+    response = await call(
+        api, "POST", f"/{created['workflowId']}/runsync", json={"inputs": {"name": "a\x00b"}}
+    )
+    error = await assert_error(response, 400, "VALIDATION_ERROR")
+    assert detail_fields(error) == {"inputs"}
+    assert await runs_of(api, created["workflowId"]) == []
+
+
+async def test_an_escaped_backslash_u0000_is_text_not_a_nul(api: Api) -> None:
+    created = await create(api, SPEC_EXAMPLE)
+    response = await call(
+        api, "POST", f"/{created['workflowId']}/runsync", json={"inputs": {"name": "\\u0000"}}
+    )
+    body = await ok_json(response)
+    assert body["result"]["outputs"] == {"greeting": "Hello, \\u0000!"}
 
 
 # --- hostile JSON bodies ------------------------------------------------------------------------

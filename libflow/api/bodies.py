@@ -75,6 +75,23 @@ class RunSyncBody(Body):
 
 
 BodyT = TypeVar("BodyT", bound=Body)
+NUL_PROBLEM = "holds a NUL character (\\u0000), which PostgreSQL cannot store"
+
+
+def _holds_nul(value: Any) -> bool:
+    """Whether a string anywhere in ``value`` (keys too) holds a NUL; iterative, for depth."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item)
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False
 
 
 async def parse_body(request: web.Request, model: type[BodyT]) -> BodyT:
@@ -82,10 +99,21 @@ async def parse_body(request: web.Request, model: type[BodyT]) -> BodyT:
     raw = await request.read()
     try:
         data = json.loads(raw)
-    except (ValueError, RecursionError) as err:
+    except RecursionError as err:
+        raise InvalidJson("the request body is nested too deeply to read") from err
+    except ValueError as err:
         raise InvalidJson("the request body is not valid JSON") from err
     if not isinstance(data, dict):
         raise ValidationFailed("the request body must be a JSON object")
+    # JSON can only carry a NUL as \u0000. Refused on both shapes alike: SQLite would store
+    # it, PostgreSQL refuses it in text and jsonb (a 500 after the request was accepted).
+    if b"\\u0000" in raw:
+        refused = [k for k in model.model_fields if k in data and _holds_nul(data[k])]
+        if refused:
+            details = [{"field": field, "problem": NUL_PROBLEM} for field in refused]
+            raise ValidationFailed(
+                f"invalid request body: {', '.join(d['field'] for d in details)}", details=details
+            )
     try:
         return model.model_validate(data)
     except ValidationError as err:
