@@ -13,12 +13,14 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp.test_utils import unused_port
 
 ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
 
 
 def libflow_env(data_dir: Path, **settings: str) -> dict[str, str]:
@@ -125,6 +127,15 @@ class Worker(Process):
 
     def __init__(self, server: Server, log: Path) -> None:
         super().__init__([sys.executable, "run_worker.py"], server.env, log)
+
+
+def wait_for(condition: Callable[[], T | None], timeout: float, what: str) -> T:
+    """Poll ``condition`` until it returns something truthy; after ``timeout``, fail."""
+    deadline = time.monotonic() + timeout
+    while not (result := condition()):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+    return result
 
 
 def http_json(method: str, url: str, body: Any = None, **headers: str) -> tuple[int, Any]:

@@ -7,13 +7,13 @@ import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
 from tests.conftest import unavailable
+from tests.faults.conftest import ServerFactory
 from tests.faults.processes import PrivatePostgres, Server, http_json
 from tests.workflow_helpers import chain, output
 
@@ -33,18 +33,11 @@ def postgres() -> Iterator[PrivatePostgres]:
 
 
 @pytest.fixture
-def server(tmp_path: Path, postgres: PrivatePostgres) -> Iterator[Server]:
-    started = Server(
-        tmp_path / "data",
-        tmp_path / "server.log",
+def server(start_server: ServerFactory, postgres: PrivatePostgres) -> Server:
+    return start_server(
         LIBFLOW_DATABASE_URL=postgres.url,
         LIBFLOW_RATE_LIMIT="0",  # load from one key: the limit is tested elsewhere
     )
-    started.start()
-    try:
-        yield started
-    finally:
-        started.stop()
 
 
 class Load:

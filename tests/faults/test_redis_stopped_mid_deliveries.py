@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import io
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from tests.faults.processes import Server, Worker, http_json
+from tests.faults.conftest import ServerFactory
+from tests.faults.processes import Server, Worker, http_json, wait_for
 from tests.private_redis import PrivateRedis
 from tests.webhook_helpers import echo, event_body, standard_headers
 
@@ -22,18 +21,8 @@ AT_ONCE = 6
 
 
 @pytest.fixture
-def server(tmp_path: Path, postgres_url: str, private_redis: PrivateRedis) -> Iterator[Server]:
-    started = Server(
-        tmp_path / "data",
-        tmp_path / "server.log",
-        LIBFLOW_DATABASE_URL=postgres_url,
-        LIBFLOW_REDIS_URL=private_redis.url,
-    )
-    started.start()
-    try:
-        yield started
-    finally:
-        started.stop()
+def server(start_server: ServerFactory, postgres_url: str, private_redis: PrivateRedis) -> Server:
+    return start_server(LIBFLOW_DATABASE_URL=postgres_url, LIBFLOW_REDIS_URL=private_redis.url)
 
 
 async def send(
@@ -51,14 +40,6 @@ async def send(
             pass
         await asyncio.sleep(0.5)
     raise AssertionError(f"delivery {n} was never accepted")
-
-
-def wait_for(condition: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := condition()):
-        assert time.monotonic() < deadline, what
-        time.sleep(0.3)
-    return result
 
 
 async def test_deliveries_accepted_while_redis_is_away_run_exactly_once_when_it_returns(

@@ -7,13 +7,13 @@ import hashlib
 import io
 import os
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 from yarl import URL
 
+from tests.faults.conftest import ServerFactory
 from tests.faults.processes import Server, http_json
 
 SIZE = 16 * 1024 * 1024
@@ -22,13 +22,8 @@ UPLOADS = 3
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    started = Server(tmp_path / "data", tmp_path / "server.log")
-    started.start()
-    try:
-        yield started
-    finally:
-        started.stop()
+def server(start_server: ServerFactory) -> Server:
+    return start_server()
 
 
 async def trickle(data: bytes, sent: asyncio.Event) -> AsyncIterator[bytes]:

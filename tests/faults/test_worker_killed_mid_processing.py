@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from libflow.jobs import ArqJobQueue, open_arq_pool
-from tests.faults.processes import Server, Worker, http_json
+from tests.faults.conftest import ServerFactory
+from tests.faults.processes import Server, Worker, http_json, wait_for
 from tests.private_redis import PrivateRedis
 from workers.files import recover_stuck_files
 
@@ -21,20 +21,13 @@ FINAL = {"done", "failed"}
 
 
 @pytest.fixture
-def server(tmp_path: Path, postgres_url: str, private_redis: PrivateRedis) -> Iterator[Server]:
+def server(start_server: ServerFactory, postgres_url: str, private_redis: PrivateRedis) -> Server:
     # The local embedder makes processing take seconds, long enough to be cut.
-    started = Server(
-        tmp_path / "data",
-        tmp_path / "server.log",
+    return start_server(
         LIBFLOW_DATABASE_URL=postgres_url,
         LIBFLOW_REDIS_URL=private_redis.url,
         LIBFLOW_EMBEDDER="local",
     )
-    started.start()
-    try:
-        yield started
-    finally:
-        started.stop()
 
 
 def statuses(server: Server, files_url: str, key: str, ids: list[str]) -> dict[str, str]:
@@ -44,14 +37,6 @@ def statuses(server: Server, files_url: str, key: str, ids: list[str]) -> dict[s
         assert status == 200, body
         found[file_id] = body["processing"]["status"]
     return found
-
-
-def wait_for(condition: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := condition()):
-        assert time.monotonic() < deadline, what
-        time.sleep(0.2)
-    return result
 
 
 def text(n: int) -> bytes:
