@@ -24,7 +24,7 @@ from tests.webhook_helpers import (
     event_body,
     standard_headers,
 )
-from tests.workflow_helpers import get_run, runs_of
+from tests.workflow_helpers import chain, get_run, output, runs_of
 from workers.deliveries import deliver_webhooks
 
 
@@ -162,3 +162,48 @@ async def test_a_delivery_job_retries_while_the_database_is_unreachable(
     [delivery] = await wait_for_deliveries(api, created["webhookId"], 1)
     assert (delivery["status"], delivery["attempts"]) == ("succeeded", 1)
     assert len(await runs_of(api, created["workflowId"])) == 1
+
+
+async def test_a_payload_holding_a_nul_fails_its_delivery_on_each_shape(shaped_api: Api) -> None:
+    created = await create_webhook(shaped_api)
+    body = b'{"type": "test.event", "text": "a\\u0000b"}'
+
+    response = await deliver(
+        shaped_api, created["webhookId"], body, standard_headers(created["secret"], body)
+    )
+    assert response.status == 200  # accepted (and kept): the sender did nothing wrong
+
+    [delivery] = await wait_for_deliveries(shaped_api, created["webhookId"], 1)
+    assert delivery["status"] == "failed"
+    assert delivery["error"]["code"] == "INVALID_INPUTS"
+    assert "NUL" in delivery["error"]["message"]
+    assert delivery["runId"] is None
+    assert await runs_of(shaped_api, created["workflowId"]) == []
+
+
+async def test_an_escaped_backslash_before_u0000_is_not_a_nul(api: Api) -> None:
+    created = await create_webhook(api)
+    body = b'{"type": "test.event", "text": "\\\\u0000"}'  # the text \u0000, six characters
+
+    await deliver(api, created["webhookId"], body, standard_headers(created["secret"], body))
+
+    [delivery] = await wait_for_deliveries(api, created["webhookId"], 1)
+    assert delivery["status"] == "succeeded"
+    run = await get_run(api, delivery["runId"])
+    assert run["outputs"]["payload"]["text"] == "\\u0000"
+
+
+async def test_a_run_its_database_cannot_record_fails_its_delivery_at_once(
+    start_app: ClientFactory, scaled: Shape
+) -> None:
+    # The workflow itself makes a NUL, which PostgreSQL refuses in the run record.
+    api = Api(await start_app(scaled.settings), scaled, *await new_project())
+    created = await create_webhook(api, chain(output("text", "{{ 'a\\x00b' }}"), event="webhook"))
+    body = event_body()
+
+    await deliver(api, created["webhookId"], body, standard_headers(created["secret"], body))
+
+    [delivery] = await wait_for_deliveries(api, created["webhookId"], 1)
+    assert delivery["status"] == "failed"
+    assert delivery["error"]["code"] == "INTERNAL"
+    assert "could not be recorded" in delivery["error"]["message"]

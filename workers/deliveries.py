@@ -187,7 +187,14 @@ async def _deliver(resources: JobResources, delivery: WebhookDelivery) -> None:
     except NotFound as gone:  # the workflow has no version to run (cannot happen today)
         await _finish_alone(delivery.id, gone.code, gone.message)
         return
-    inputs = {"payload": payload_of(delivery.body), "headers": delivery.headers}
+    payload = payload_of(delivery.body)
+    if _holds_nul(delivery.body, payload):
+        # A run's inputs cannot carry NUL (PostgreSQL refuses it in JSON), as runsync's
+        # cannot: refused the same way on every shape, before anything runs.
+        message = "the payload holds a NUL character (\\u0000), which a run cannot carry"
+        await _finish_alone(delivery.id, "INVALID_INPUTS", message)
+        return
+    inputs = {"payload": payload, "headers": delivery.headers}
 
     async def finish(db: BaseDBAsyncClient, run: WorkflowRun) -> None:
         # In the run record's own transaction: the two never disagree.
@@ -197,25 +204,50 @@ async def _deliver(resources: JobResources, delivery: WebhookDelivery) -> None:
         await _finish(db, delivery.id, run.status == "succeeded", error)
 
     try:
-        await run_version(
-            target,
-            event=webhook.event,
-            inputs=inputs,
-            trigger="webhook",
-            services=resources.node_services(target.project_id),
-            run_id=delivery.run_id,
-            record_with=finish,
-        )
-    except (UnknownEvent, InvalidInputs) as refused:
-        await record_refused_run(
-            target,
-            event=webhook.event,
-            inputs=inputs,
-            trigger="webhook",
-            error=refused,
-            run_id=delivery.run_id,
-            record_with=finish,
-        )
+        try:
+            await run_version(
+                target,
+                event=webhook.event,
+                inputs=inputs,
+                trigger="webhook",
+                services=resources.node_services(target.project_id),
+                run_id=delivery.run_id,
+                record_with=finish,
+            )
+        except (UnknownEvent, InvalidInputs) as refused:
+            await record_refused_run(
+                target,
+                event=webhook.event,
+                inputs=inputs,
+                trigger="webhook",
+                error=refused,
+                run_id=delivery.run_id,
+                record_with=finish,
+            )
+    except Exception as err:
+        # The run began but could not be recorded. It is not run again (its effects may
+        # have happened): the delivery says so now rather than when the sweep finds it.
+        logger.exception("delivery %s: its run could not be recorded", delivery.id)
+        message = f"the run could not be recorded ({type(err).__name__})"
+        with contextlib.suppress(*TRANSIENT_ERRORS):  # else the sweep settles it
+            await _finish_alone(delivery.id, "INTERNAL", message)
+
+
+def _holds_nul(body: bytes, payload: Any) -> bool:
+    """The parsed payload has a NUL in a string (looked for only when the bytes hint so)."""
+    if b"\x00" not in body and b"\\u0000" not in body:
+        return False
+
+    def walk(value: Any) -> bool:
+        if isinstance(value, str):
+            return "\x00" in value
+        if isinstance(value, dict):
+            return any(walk(k) or walk(v) for k, v in value.items())
+        if isinstance(value, list):
+            return any(walk(item) for item in value)
+        return False
+
+    return walk(payload)
 
 
 async def _finish(
@@ -233,8 +265,17 @@ async def _finish(
 
 
 async def _finish_alone(delivery_id: str, code: str, message: str) -> None:
+    """Fail a delivery that has no run record (its claimed run id points at nothing)."""
     error = {"code": code, "node": None, "message": message}
-    await commit_together(lambda db: _finish(db, delivery_id, False, error))
+
+    async def fail(db: BaseDBAsyncClient) -> None:
+        await (
+            WebhookDelivery.filter(id=delivery_id)
+            .using_db(db)
+            .update(status=DeliveryStatus.FAILED, error=error, finished_at=utcnow(), run_id=None)
+        )
+
+    await commit_together(fail)
 
 
 async def sweep_deliveries(ctx: dict[str, Any]) -> None:
