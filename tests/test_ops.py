@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import io
 import json
 import logging
@@ -257,3 +258,15 @@ async def test_logs_never_carry_the_api_key_or_a_storage_signature(
     for secret in (api.api_key, *signatures):
         assert secret not in text
     assert "sig=" not in text
+
+
+async def test_start_up_objects_are_kept_out_of_the_cyclic_gc(
+    start_app: ClientFactory, tmp_path: Path
+) -> None:
+    # Full collections would otherwise walk the embedding model's objects on every pass.
+    gc.unfreeze()
+    assert gc.get_freeze_count() == 0
+
+    await start_app(base_settings(tmp_path))
+
+    assert gc.get_freeze_count() > 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from contextlib import AsyncExitStack
 from typing import Any
@@ -66,6 +67,10 @@ async def startup(ctx: dict[str, Any]) -> None:
         file_lookup=FileLookup(reads),
         reads=reads,
     )
+    # As the server does (libflow.app): keep start-up's objects, the embedding model above
+    # all, out of the cyclic GC's full collections, each a pause of every running job.
+    gc.collect()
+    gc.freeze()
     logger.info("worker ready")
 
 
