@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
+from aiohttp import ClientResponse, web
+from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
 from libflow.models import Project
@@ -61,15 +64,31 @@ async def test_a_refused_request_does_not_use_a_token() -> None:
     assert await limiter.charge("k") == 0
 
 
+@dataclass
+class Limited:
+    """A server with a rate limit, a project on it, and a GET of that project's files."""
+
+    client: TestClient[web.Request, web.Application]
+    project_id: str
+    key: str
+
+    async def list_files(self, key: str | None = None) -> ClientResponse:
+        url = f"/api/publicv1/projects/{self.project_id}/library/files"
+        return await self.client.get(url, headers={"Authorization": key or self.key})
+
+
+async def limited(start_app: ClientFactory, tmp_path: Path, rate: float, burst: int) -> Limited:
+    client = await start_app(base_settings(tmp_path, rate_limit=rate, rate_limit_burst=burst))
+    return Limited(client, *await new_project())
+
+
 async def test_over_the_limit_is_429_rate_limited_with_retry_after(
     start_app: ClientFactory, tmp_path: Path
 ) -> None:
-    client = await start_app(base_settings(tmp_path, rate_limit=0.5, rate_limit_burst=2))
-    project_id, key = await new_project()
-    url = f"/api/publicv1/projects/{project_id}/library/files"
+    server = await limited(start_app, tmp_path, rate=0.5, burst=2)
 
-    statuses = [(await client.get(url, headers={"Authorization": key})).status for _ in range(2)]
-    refused = await client.get(url, headers={"Authorization": key})
+    statuses = [(await server.list_files()).status for _ in range(2)]
+    refused = await server.list_files()
 
     assert statuses == [200, 200]
     assert refused.status == 429
@@ -82,33 +101,26 @@ async def test_over_the_limit_is_429_rate_limited_with_retry_after(
 async def test_another_key_of_the_same_project_has_its_own_limit(
     start_app: ClientFactory, tmp_path: Path
 ) -> None:
-    client = await start_app(base_settings(tmp_path, rate_limit=0.5, rate_limit_burst=1))
-    project_id, first = await new_project()
-    _key, second = await create_api_key(await Project.get(id=project_id), name="second")
-    url = f"/api/publicv1/projects/{project_id}/library/files"
+    server = await limited(start_app, tmp_path, rate=0.5, burst=1)
+    _key, second = await create_api_key(await Project.get(id=server.project_id), name="second")
 
-    assert (await client.get(url, headers={"Authorization": first})).status == 200
-    assert (await client.get(url, headers={"Authorization": first})).status == 429
-    assert (await client.get(url, headers={"Authorization": second})).status == 200
+    assert (await server.list_files()).status == 200
+    assert (await server.list_files()).status == 429
+    assert (await server.list_files(second)).status == 200
 
 
 async def test_a_request_without_a_valid_key_is_401_whatever_the_rate(
     start_app: ClientFactory, tmp_path: Path
 ) -> None:
-    client = await start_app(base_settings(tmp_path, rate_limit=0.5, rate_limit_burst=1))
-    project_id, _key = await new_project()
-    url = f"/api/publicv1/projects/{project_id}/library/files"
+    server = await limited(start_app, tmp_path, rate=0.5, burst=1)
     for _ in range(3):
-        response = await client.get(url, headers={"Authorization": "not-a-key"})
-        assert response.status == 401
+        assert (await server.list_files("not-a-key")).status == 401
 
 
 async def test_zero_turns_the_limit_off(start_app: ClientFactory, tmp_path: Path) -> None:
-    client = await start_app(base_settings(tmp_path, rate_limit=0, rate_limit_burst=1))
-    project_id, key = await new_project()
-    url = f"/api/publicv1/projects/{project_id}/library/files"
+    server = await limited(start_app, tmp_path, rate=0, burst=1)
     for _ in range(20):
-        assert (await client.get(url, headers={"Authorization": key})).status == 200
+        assert (await server.list_files()).status == 200
 
 
 async def test_api_processes_sharing_redis_share_each_keys_limit(
