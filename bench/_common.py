@@ -25,6 +25,8 @@ MiB = 1024 * 1024
 SERVER_START_TIMEOUT = 30.0
 SERVER_STOP_TIMEOUT = 15.0
 LOG_LEVEL = "WARNING"
+# Units of things counted one by one: shown without decimals.
+COUNT_UNITS = frozenset({"req", "dlv"})
 
 
 class BenchError(RuntimeError):
@@ -69,6 +71,8 @@ class Report:
 def _number(value: float, unit: str) -> str:
     if value != value:  # NaN
         return "-"
+    if value == int(value) and unit in COUNT_UNITS:
+        return f"{int(value):,} {unit}"
     digits = 0 if abs(value) >= 1000 else 1 if abs(value) >= 10 else 2
     return f"{value:,.{digits}f} {unit}".strip()
 
