@@ -8,7 +8,7 @@ import sys
 from libflow.logs import configure_logging
 from settings import SettingsError, settings_from_env
 from workers.settings import worker_settings
-from workers.worker import LibflowWorker
+from workers.worker import LibflowWorker, wait_for_redis
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     configure_logging(settings.log_level)
+    wait_for_redis(settings.redis_url)
     worker = LibflowWorker(**worker_settings(settings), burst=args.burst, handle_signals=True)
     worker.run()
     return 0

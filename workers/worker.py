@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from arq.worker import Worker
+from redis import Redis
 from redis.exceptions import RedisError
 
 logger = logging.getLogger("libflow.worker")
@@ -50,3 +52,27 @@ class LibflowWorker(Worker):
         for _ in range(running):  # never waits: released as each of those jobs ends
             await slots.acquire()
         self.sem = slots
+
+
+def wait_for_redis(url: str) -> None:
+    """Block until Redis answers a PING: a worker started before Redis waits for it.
+
+    arq's own start-up gives up after five tries, and the process would exit; a worker
+    started with (or before) its Redis should come up when Redis does.
+    """
+    client = Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+    try:
+        waiting = False
+        while True:
+            try:
+                client.ping()
+                break
+            except (RedisError, OSError) as err:
+                if not waiting:
+                    logger.warning("waiting for Redis at start-up: %r", err)
+                    waiting = True
+                time.sleep(REDIS_RETRY_SECONDS)
+        if waiting:
+            logger.warning("Redis is up: starting")
+    finally:
+        client.close()

@@ -42,9 +42,8 @@ async def send(
     raise AssertionError(f"delivery {n} was never accepted")
 
 
-async def test_deliveries_accepted_while_redis_is_away_run_exactly_once_when_it_returns(
-    server: Server, tmp_path: Path, private_redis: PrivateRedis
-) -> None:
+def echo_webhook(server: Server) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
+    """A project, an echo workflow and a webhook on it: (project API URL, key, both bodies)."""
     project_id, key = server.create_project()
     api = f"{server.url}/api/publicv1/projects/{project_id}"
     status, workflow = http_json(
@@ -55,6 +54,13 @@ async def test_deliveries_accepted_while_redis_is_away_run_exactly_once_when_it_
         "POST", f"{api}/workflows/{workflow['workflowId']}/webhooks", {}, Authorization=key
     )
     assert status == 201, webhook
+    return api, key, workflow, webhook
+
+
+async def test_deliveries_accepted_while_redis_is_away_run_exactly_once_when_it_returns(
+    server: Server, tmp_path: Path, private_redis: PrivateRedis
+) -> None:
+    api, key, workflow, webhook = echo_webhook(server)
     worker = Worker(server, tmp_path / "worker.log")
     worker.start()
     accepted: list[int] = []
@@ -95,3 +101,34 @@ async def test_deliveries_accepted_while_redis_is_away_run_exactly_once_when_it_
     assert status == 200, runs
     assert sorted(r["outputs"]["payload"]["n"] for r in runs) == sorted(accepted)
     assert {d["runId"] for d in deliveries} == {r["runId"] for r in runs}
+
+
+async def test_a_worker_started_while_redis_is_down_waits_for_it(
+    server: Server, tmp_path: Path, private_redis: PrivateRedis
+) -> None:
+    api, key, _workflow, webhook = echo_webhook(server)
+    await asyncio.to_thread(private_redis.stop)
+    worker = Worker(server, tmp_path / "worker.log")
+    worker.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            replies = await asyncio.gather(
+                *(send(session, webhook["url"], webhook["secret"], n) for n in range(5))
+            )
+        assert {status for status, _ in replies} == {200}
+        await asyncio.sleep(7)  # arq alone gives up after five tries a second apart, and exits
+        assert worker.alive, worker.output()
+        assert "waiting for Redis" in worker.output()
+
+        await asyncio.to_thread(private_redis.start)
+        deliveries_url = f"{api}/webhooks/{webhook['webhookId']}/deliveries"
+
+        def finished() -> list[dict[str, Any]] | None:
+            status, found = http_json("GET", deliveries_url, Authorization=key)
+            assert status == 200, found
+            return found if {d["status"] for d in found} == {"succeeded"} else None
+
+        delivered = wait_for(finished, 60, f"deliveries did not run:\n{worker.output()}")
+    finally:
+        worker.stop()
+    assert len(delivered) == 5
