@@ -78,6 +78,7 @@ N8N_PER_SECOND = 220
 PRELOAD_DELIVERIES = 3000
 PRELOAD_CONCURRENCY = 32
 WORKER_COUNTS = (1, 2)
+SUSTAINED_WORKERS = 2
 DRAIN_TIMEOUT = 40.0
 POLL_SECONDS = 0.25
 POSTGRES_ADMIN_URL = "postgres://postgres@127.0.0.1:5432/postgres"
@@ -414,6 +415,67 @@ def execute(
     return _verify_executed(database_url, hook, worker_count)
 
 
+def _wait_until_finished(
+    database_url: str, hook: Hook, expected: int, started: Workers, timeout: float
+) -> None:
+    """Poll the database until ``expected`` deliveries of ``hook`` have finished."""
+    deadline = time.monotonic() + timeout
+    while True:
+        started.check_alive()
+        row = pg_row(
+            database_url,
+            "SELECT count(*) FROM webhook_deliveries "
+            "WHERE webhook_id = $1 AND finished_at IS NOT NULL",
+            hook.webhook_id,
+        )
+        if row[0] >= expected:
+            return
+        if time.monotonic() > deadline:
+            raise BenchError(f"{row[0]} of {expected} deliveries finished in {timeout:.0f}s")
+        time.sleep(POLL_SECONDS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sustained:
+    accepted: WrkRun
+    executed: Executed
+    lag: float  # seconds from wrk's end to the last delivery's finish
+
+
+def sustained(base: str, hook: Hook, body: bytes, env: Mapping[str, str], work: Path) -> Sustained:
+    """wrk sends deliveries for DURATION_SECONDS while SUSTAINED_WORKERS workers run them."""
+    database_url = env["LIBFLOW_DATABASE_URL"]
+    with workers(SUSTAINED_WORKERS, env, work) as started:
+        # Warm-up: one delivery run end to end (the workers are up), then a moment for the
+        # second worker's start-up.
+        asyncio.run(_preload(base + hook.path, hook.secret, body, 1))
+        _wait_until_finished(database_url, hook, 1, started, 60)
+        for table, column, value in (
+            ("webhook_deliveries", "webhook_id", hook.webhook_id),
+            ("workflow_runs", "workflow_id", hook.workflow_id),
+        ):  # the warm-up is not measured
+            asyncio.run(
+                _pg_execute(database_url, f"DELETE FROM {table} WHERE {column} = $1", value)
+            )
+        time.sleep(2)
+        accepted = wrk(
+            base + hook.path, DURATION_SECONDS, script=lua_script(work, hook.secret, body)
+        )
+        sent_until = time.time()
+        time.sleep(1)  # requests wrk left in flight at its end still commit
+        expected = _delivery_count(database_url, hook.webhook_id)
+        if expected < accepted.requests:
+            raise BenchError(f"wrk saw {accepted.requests} answered, {expected} in the inbox")
+        _wait_until_finished(database_url, hook, expected, started, DRAIN_TIMEOUT)
+    done = _verify_executed(database_url, hook, SUSTAINED_WORKERS, expected)
+    last = pg_row(
+        database_url,
+        "SELECT EXTRACT(EPOCH FROM max(finished_at)) FROM webhook_deliveries WHERE webhook_id = $1",
+        hook.webhook_id,
+    )
+    return Sustained(accepted, done, float(last[0]) - sent_until)
+
+
 def clear_leftovers(database_url: str, redis_url: str, hook: Hook) -> None:
     """Forget what a phase left unrun (deliveries and queued jobs) so the next one starts clean."""
     asyncio.run(
@@ -430,7 +492,9 @@ def clear_leftovers(database_url: str, redis_url: str, hook: Hook) -> None:
         client.close()
 
 
-def _verify_executed(database_url: str, hook: Hook, worker_count: int) -> Executed:
+def _verify_executed(
+    database_url: str, hook: Hook, worker_count: int, expected: int = PRELOAD_DELIVERIES
+) -> Executed:
     """Every delivery succeeded with exactly one run; the rate from the database's timings."""
     deliveries = pg_row(
         database_url,
@@ -441,7 +505,7 @@ def _verify_executed(database_url: str, hook: Hook, worker_count: int) -> Execut
         hook.webhook_id,
     )
     total, succeeded, seconds, max_attempts, run_ids = deliveries
-    if succeeded != total or total != PRELOAD_DELIVERIES:
+    if succeeded != total or total != expected:
         failed = pg_row(
             database_url,
             "SELECT status, error FROM webhook_deliveries "
@@ -449,7 +513,7 @@ def _verify_executed(database_url: str, hook: Hook, worker_count: int) -> Execut
             hook.webhook_id,
         )
         raise BenchError(
-            f"{succeeded} of {total} deliveries succeeded ({PRELOAD_DELIVERIES} sent); "
+            f"{succeeded} of {total} deliveries succeeded ({expected} sent); "
             f"first other: {dict(failed)}"
         )
     runs = pg_row(
@@ -531,6 +595,13 @@ def run() -> Report:
                         executed[count] = err
                     finally:
                         clear_leftovers(database_url, redis_url, hook)
+                hook = create_hook(base, project, key, "bench sustained")
+                try:
+                    steady: Sustained | BenchError = sustained(base, hook, body, scaled_env, work)
+                except BenchError as err:
+                    steady = err
+                finally:
+                    clear_leftovers(database_url, redis_url, hook)
                 hook = create_hook(base, project, key, "bench accept scaled")
                 with server(
                     baseline_cmd,
@@ -598,6 +669,25 @@ def run() -> Report:
                 met=done.per_second >= GOAL_PER_SECOND,
             )
         )
+    figure = f"sustained e2e, {SUSTAINED_WORKERS} workers: executed"
+    if isinstance(steady, BenchError):
+        rows.append(
+            Result(NAME, figure, float("nan"), "", goal=goal, error=f"BenchError: {steady}")
+        )
+    else:
+        rows += [
+            Result(
+                NAME,
+                figure,
+                steady.executed.per_second,
+                "req/s",
+                baseline=steady.accepted.requests_per_second,
+                baseline_label="accepted meanwhile",
+                goal=goal,
+                met=steady.executed.per_second >= GOAL_PER_SECOND,
+            ),
+            Result(NAME, "sustained e2e: last run after the last send", steady.lag, "s"),
+        ]
     notes = [
         f"webhooks: accept = wrk -t{THREADS} -c{CONNECTIONS} -d{DURATION_SECONDS}s --latency -s "
         f"(POST {len(body)}-byte GitHub-signed JSON body, a new X-GitHub-Delivery id per "
@@ -621,6 +711,15 @@ def run() -> Report:
             f"{d.max_attempts}"
             for d in executed.values()
             if isinstance(d, Executed)
+        ),
+        f"webhooks: sustained = wrk (as for accept) sends deliveries for {DURATION_SECONDS}s "
+        f"to the PG+Redis server while {SUSTAINED_WORKERS} run_worker.py processes run them "
+        "(everything shares the 2 cores: server on CPU 0, wrk on CPU 1, worker i on CPU i mod "
+        "2); executed = deliveries / (last finish - first start), checked one run each"
+        + (
+            f"; {steady.executed.deliveries} deliveries in {steady.executed.seconds:.2f}s"
+            if isinstance(steady, Sustained)
+            else ""
         ),
         f"webhooks: for scale, n8n publishes {N8N_PER_SECOND} webhook-triggered executions/s on "
         f"a 2-vCPU machine; the goal here is >= {GOAL_PER_SECOND} executed/s on this 2-core "
