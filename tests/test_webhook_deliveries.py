@@ -207,3 +207,26 @@ async def test_a_run_its_database_cannot_record_fails_its_delivery_at_once(
     assert delivery["status"] == "failed"
     assert delivery["error"]["code"] == "INTERNAL"
     assert "could not be recorded" in delivery["error"]["message"]
+
+
+async def test_a_long_run_its_database_cannot_finish_is_failed_with_its_record(
+    start_app: ClientFactory, scaled: Shape
+) -> None:
+    # Past a second a run is recorded "running"; its end (with a NUL) is then refused.
+    api = Api(await start_app(scaled.settings), scaled, *await new_project())
+    created = await create_webhook(
+        api,
+        chain(
+            {"id": "wait", "type": "delay", "seconds": 1.3},
+            output("text", "{{ 'a\\x00b' }}"),
+            event="webhook",
+        ),
+    )
+    body = event_body()
+
+    await deliver(api, created["webhookId"], body, standard_headers(created["secret"], body))
+
+    [delivery] = await wait_for_deliveries(api, created["webhookId"], 1)
+    assert (delivery["status"], delivery["error"]["code"]) == ("failed", "INTERNAL")
+    run = await get_run(api, delivery["runId"])
+    assert (run["status"], run["error"]["code"]) == ("failed", "INTERNAL")

@@ -53,13 +53,13 @@ async def test_a_run_cut_off_by_a_shutdown_is_recorded_and_not_run_again(
     assert run["status"] == "cancelled"
 
 
-async def test_a_stale_claim_whose_run_never_began_goes_back_to_the_inbox(api: Api) -> None:
+async def test_a_stale_claim_without_a_run_record_is_failed_not_run_again(api: Api) -> None:
     created = await create_webhook(api)
     body = event_body()
     await deliver(api, created["webhookId"], body, signed(created["secret"], body))
     await api.run_jobs()
     [delivery] = await deliveries_of(api, created["webhookId"])
-    # As a worker leaves it when it dies between its claim and the run's first write.
+    # As a worker leaves it when it dies during a short run (recorded only when it ends).
     await WebhookDelivery.filter(id=delivery["deliveryId"]).update(
         status=DeliveryStatus.RUNNING,
         run_id=new_id(),
@@ -69,7 +69,8 @@ async def test_a_stale_claim_whose_run_never_began_goes_back_to_the_inbox(api: A
     await settle_interrupted_deliveries(INTERRUPTED_AFTER)
 
     [settled] = await deliveries_of(api, created["webhookId"])
-    assert (settled["status"], settled["runId"]) == ("pending", None)
+    assert (settled["status"], settled["runId"]) == ("failed", None)
+    assert settled["error"]["code"] == "INTERRUPTED"
 
 
 async def test_a_stale_claim_whose_run_began_is_failed_with_its_run(api: Api) -> None:

@@ -79,6 +79,7 @@ async def wake_delivery_job(jobs: JobQueue) -> bool:
 # How long after its window a job makes its last claim: clocks of API and worker hosts
 # differ a little (a larger gap leaves a delivery to the sweep, never loses it).
 WINDOW_MARGIN_SECONDS = 0.05
+WINDOW_CAP_SECONDS = WAKE_UP_WINDOW_SECONDS + WINDOW_MARGIN_SECONDS
 
 
 def _window_end(ctx: dict[str, Any]) -> float:
@@ -147,7 +148,8 @@ async def deliver_webhooks(ctx: dict[str, Any]) -> None:
                 if time.monotonic() >= stop_claiming:
                     await wake_delivery_job(resources.jobs)  # the inbox may still hold some
                     return
-                wait = _window_end(ctx) - time.time()
+                # Capped: a clock far ahead on the API's host must not park this job.
+                wait = min(_window_end(ctx) - time.time(), WINDOW_CAP_SECONDS)
                 if wait <= 0:
                     return
                 # Receivers in this job's window do not queue another job (see
@@ -229,8 +231,8 @@ async def _deliver(resources: JobResources, delivery: WebhookDelivery) -> None:
         # have happened): the delivery says so now rather than when the sweep finds it.
         logger.exception("delivery %s: its run could not be recorded", delivery.id)
         message = f"the run could not be recorded ({type(err).__name__})"
-        with contextlib.suppress(*TRANSIENT_ERRORS):  # else the sweep settles it
-            await _finish_alone(delivery.id, "INTERNAL", message)
+        with contextlib.suppress(*TRANSIENT_ERRORS):  # else the sweep settles it, as failed
+            await _fail_unrecorded(delivery.id, delivery.run_id, message)
 
 
 def _holds_nul(body: bytes, payload: Any) -> bool:
@@ -278,6 +280,36 @@ async def _finish_alone(delivery_id: str, code: str, message: str) -> None:
     await commit_together(fail)
 
 
+async def _fail_unrecorded(delivery_id: str, run_id: str | None, message: str) -> None:
+    """Fail a delivery whose run's end could not be written, and the run's record if any.
+
+    A run longer than RECORD_RUNNING_AFTER already has a "running" record: it must not stay
+    so with nothing pointing at it.
+    """
+    error = {"code": "INTERNAL", "node": None, "message": message}
+
+    async def fail(db: BaseDBAsyncClient) -> None:
+        now = utcnow()
+        recorded = await (
+            WorkflowRun.filter(id=run_id, status="running")
+            .using_db(db)
+            .update(status="failed", error=error, finished_at=now)
+        )
+        exists = recorded or await WorkflowRun.filter(id=run_id).using_db(db).exists()
+        await (
+            WebhookDelivery.filter(id=delivery_id)
+            .using_db(db)
+            .update(
+                status=DeliveryStatus.FAILED,
+                error=error,
+                finished_at=now,
+                run_id=run_id if exists else None,
+            )
+        )
+
+    await commit_together(fail)
+
+
 async def sweep_deliveries(ctx: dict[str, Any]) -> None:
     """Settle deliveries whose worker died, and wake a job for what the inbox still holds.
 
@@ -300,23 +332,25 @@ async def requeue_pending_deliveries(jobs: JobQueue, older_than: timedelta) -> N
 async def settle_interrupted_deliveries(stale_after: timedelta) -> None:
     """Deliveries claimed longer than ``stale_after`` ago lost their worker.
 
-    One whose run never began goes back to the inbox; one whose run began is
-    recorded failed, as is its run: running it again could repeat its effects.
+    Each is recorded failed (INTERRUPTED), as is its run if it has a record: its run
+    may have begun, and running it again could repeat its effects.
     """
     now = utcnow()
     stale = await WebhookDelivery.filter(
         status=DeliveryStatus.RUNNING, started_at__lte=now - stale_after
     ).values_list("id", "run_id")
     for delivery_id, run_id in stale:
+        # No run record does not mean the run never began: short runs are recorded when
+        # they end. Running it again could repeat its effects, so it is failed either way.
         run = await WorkflowRun.get_or_none(id=run_id)
-        if run is None:
-            await _release(delivery_id, run_id)
-            continue
         logger.error("delivery %s: its worker stopped during run %s", delivery_id, run_id)
         error = {"code": "INTERRUPTED", "node": None, "message": "the worker stopped mid-run"}
-        if run.status == "running":
+        if run is not None and run.status == "running":
             run.status, run.error, run.finished_at = "failed", error, now
             await run.save(update_fields=["status", "error", "finished_at"])
         await WebhookDelivery.filter(id=delivery_id, run_id=run_id).update(
-            status=DeliveryStatus.FAILED, error=error, finished_at=now
+            status=DeliveryStatus.FAILED,
+            error=error,
+            finished_at=now,
+            run_id=run_id if run is not None else None,
         )
