@@ -11,12 +11,16 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+from arq.connections import ArqRedis
 from arq.constants import default_queue_name, job_key_prefix, result_key_prefix
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from libflow.jobs import MAX_TRIES, ArqJobQueue, deserialize_job, open_arq_pool, serialize_job
 from settings import Settings
 from tests.conftest import base_settings
+from tests.private_redis import PrivateRedis
 from workers.files import process_file, remove_abandoned_uploads
 from workers.settings import shutdown, startup, worker_settings
 from workers.worker import LibflowWorker
@@ -131,3 +135,21 @@ async def test_worker_runs_a_json_job_and_stores_a_json_result(
     result = json.loads(raw)
     assert result["s"] is True
     assert result["f"] == "process_file"
+
+
+async def test_a_job_start_cut_by_redis_gives_its_slot_back(
+    tmp_path: Path, private_redis: PrivateRedis
+) -> None:
+    worker = _worker(base_settings(tmp_path, redis_url=private_redis.url))
+    pool = ArqRedis.from_url(private_redis.url, socket_connect_timeout=1)
+    worker._pool = pool
+    try:
+        await asyncio.to_thread(private_redis.stop)
+        for _ in range(worker.max_jobs + 1):  # more than it has slots
+            with pytest.raises((RedisError, OSError)):
+                await worker.start_jobs([b"some-job"])
+
+        assert worker.job_counter == 0
+        assert not worker.sem.locked()
+    finally:
+        await pool.aclose()

@@ -36,22 +36,25 @@ class LibflowWorker(Worker):
             if not self._redis_down:
                 logger.warning("Redis is unreachable, waiting for it: %r", err)
             self._redis_down = True
-            await self._recount_running_jobs()
             await asyncio.sleep(REDIS_RETRY_SECONDS)
             return
         if self._redis_down:
             self._redis_down = False
             logger.warning("Redis is back: taking jobs again")
 
-    async def _recount_running_jobs(self) -> None:
-        # A poll that failed half-way through starting a job took a slot it never gave
-        # back: count the slots again from the jobs really running.
-        running = sum(not task.done() for task in self.tasks.values())
-        self.job_counter = running
-        slots = asyncio.BoundedSemaphore(self.max_jobs + 1)
-        for _ in range(running):  # never waits: released as each of those jobs ends
-            await slots.acquire()
-        self.sem = slots
+    async def start_jobs(self, job_ids: list[bytes]) -> None:
+        """arq's, giving back the slot of a job whose start Redis cut short.
+
+        arq takes a slot (its semaphore and job counter) before asking Redis whether the
+        job may start; a Redis error there would keep the slot for good. Only that one
+        slot can be held: every Redis call in arq's start_jobs comes after taking it.
+        """
+        try:
+            await super().start_jobs(job_ids)
+        except (RedisError, OSError):
+            self.job_counter -= 1
+            self.sem.release()
+            raise
 
 
 def wait_for_redis(url: str) -> None:
