@@ -445,3 +445,30 @@ async def test_api_keys_never_reach_the_logs(
     for secret in (api.api_key, other.api_key, wrong, revoked_secret):
         assert secret not in logged
         assert secret[len("lf_") :] not in logged
+
+
+async def test_an_unpaired_surrogate_in_runsync_inputs_is_400_and_records_no_run(
+    shaped_api: Api,
+) -> None:
+    api = shaped_api
+    created = await create(api, SPEC_EXAMPLE)
+    response = await call(
+        api, "POST", f"/{created['workflowId']}/runsync", json={"inputs": {"name": "a\ud800b"}}
+    )
+    error = await assert_error(response, 400, "VALIDATION_ERROR")
+    assert detail_fields(error) == {"inputs"}
+    assert await runs_of(api, created["workflowId"]) == []
+
+
+async def test_an_escaped_surrogate_pair_is_one_character_and_runs(shaped_api: Api) -> None:
+    api = shaped_api
+    created = await create(api, SPEC_EXAMPLE)
+    response = await call(
+        api,
+        "POST",
+        f"/{created['workflowId']}/runsync",
+        data=b'{"inputs": {"name": "\\ud83d\\ude00"}}',
+        headers={"Content-Type": "application/json"},
+    )
+    assert response.status == 200, await response.text()
+    assert "\U0001f600" in json.dumps(await response.json(), ensure_ascii=False)

@@ -36,6 +36,7 @@ from libflow.errors import DEPENDENCY_DOWN, NotFound, Unavailable
 from libflow.group_commit import commit_together
 from libflow.ids import utcnow
 from libflow.jobs import JobQueue
+from libflow.json_text import UNSTORABLE_PROBLEM, holds_unstorable, may_hold_unstorable
 from libflow.models import DeliveryStatus, WebhookDelivery, WorkflowRun
 from libflow.webhooks import payload_of
 from libflow.workflows import find_run_target, record_refused_run, run_version
@@ -190,11 +191,10 @@ async def _deliver(resources: JobResources, delivery: WebhookDelivery) -> None:
         await _finish_alone(delivery.id, gone.code, gone.message)
         return
     payload = payload_of(delivery.body)
-    if _holds_nul(delivery.body, payload):
-        # A run's inputs cannot carry NUL (PostgreSQL refuses it in JSON), as runsync's
+    if may_hold_unstorable(delivery.body) and holds_unstorable(payload):
+        # A run's inputs cannot carry these (PostgreSQL refuses them in JSON), as runsync's
         # cannot: refused the same way on every shape, before anything runs.
-        message = "the payload holds a NUL character (\\u0000), which a run cannot carry"
-        await _finish_alone(delivery.id, "INVALID_INPUTS", message)
+        await _finish_alone(delivery.id, "INVALID_INPUTS", f"the payload {UNSTORABLE_PROBLEM}")
         return
     inputs = {"payload": payload, "headers": delivery.headers}
 
@@ -233,23 +233,6 @@ async def _deliver(resources: JobResources, delivery: WebhookDelivery) -> None:
         message = f"the run could not be recorded ({type(err).__name__})"
         with contextlib.suppress(*TRANSIENT_ERRORS):  # else the sweep settles it, as failed
             await _fail_unrecorded(delivery.id, delivery.run_id, message)
-
-
-def _holds_nul(body: bytes, payload: Any) -> bool:
-    """The parsed payload has a NUL in a string (looked for only when the bytes hint so)."""
-    if b"\x00" not in body and b"\\u0000" not in body:
-        return False
-
-    def walk(value: Any) -> bool:
-        if isinstance(value, str):
-            return "\x00" in value
-        if isinstance(value, dict):
-            return any(walk(k) or walk(v) for k, v in value.items())
-        if isinstance(value, list):
-            return any(walk(item) for item in value)
-        return False
-
-    return walk(payload)
 
 
 async def _finish(

@@ -9,6 +9,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from libflow.errors import InvalidJson, ValidationFailed
+from libflow.json_text import UNSTORABLE_PROBLEM, holds_unstorable, may_hold_unstorable
 
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=255)]
 # The workflows table holds 200 characters of a name: refuse more here, not in the ORM (a 500).
@@ -75,23 +76,6 @@ class RunSyncBody(Body):
 
 
 BodyT = TypeVar("BodyT", bound=Body)
-NUL_PROBLEM = "holds a NUL character (\\u0000), which PostgreSQL cannot store"
-
-
-def _holds_nul(value: Any) -> bool:
-    """Whether a string anywhere in ``value`` (keys too) holds a NUL; iterative, for depth."""
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, dict):
-            pending.extend(item)
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-    return False
 
 
 async def parse_body(request: web.Request, model: type[BodyT]) -> BodyT:
@@ -105,12 +89,12 @@ async def parse_body(request: web.Request, model: type[BodyT]) -> BodyT:
         raise InvalidJson("the request body is not valid JSON") from err
     if not isinstance(data, dict):
         raise ValidationFailed("the request body must be a JSON object")
-    # JSON can only carry a NUL as \u0000. Refused on both shapes alike: SQLite would store
-    # it, PostgreSQL refuses it in text and jsonb (a 500 after the request was accepted).
-    if b"\\u0000" in raw:
-        refused = [k for k in model.model_fields if k in data and _holds_nul(data[k])]
+    # Refused on both shapes alike: SQLite would store them, PostgreSQL refuses them in
+    # text and jsonb (a 500 after the request was accepted).
+    if may_hold_unstorable(raw):
+        refused = [k for k in model.model_fields if k in data and holds_unstorable(data[k])]
         if refused:
-            details = [{"field": field, "problem": NUL_PROBLEM} for field in refused]
+            details = [{"field": field, "problem": UNSTORABLE_PROBLEM} for field in refused]
             raise ValidationFailed(
                 f"invalid request body: {', '.join(d['field'] for d in details)}", details=details
             )
