@@ -95,21 +95,29 @@ class RedisRateLimiter:
     take the API down with it (the job queue reports Redis in /readyz).
     """
 
+    # After a failure Redis is left alone this long: a Redis that hangs rather than refuses
+    # would otherwise add its timeout to every request.
+    RETRY_AFTER_FAILURE = 5.0
+
     def __init__(self, redis: Redis, rate: float, burst: int) -> None:
         interval = 1.0 / rate
         self._args = (round(interval * 1e6), round(interval * (burst - 1) * 1e6))
         self._script = redis.register_script(_GCRA_SCRIPT)
-        self._warned_at = 0.0
+        self._skip_until = 0.0
 
     async def charge(self, key: str) -> float:
         """0 when ``key`` has a token left, else the seconds until its next one."""
+        if time.monotonic() < self._skip_until:
+            return 0.0
         try:
             wait = await self._script(keys=[REDIS_PREFIX + key], args=self._args)
         except (RedisError, OSError) as err:
-            now = time.monotonic()
-            if now - self._warned_at > 60:  # once a minute, not once a request
-                self._warned_at = now
-                logger.warning("rate limits are not enforced while Redis is down: %r", err)
+            self._skip_until = time.monotonic() + self.RETRY_AFTER_FAILURE
+            logger.warning(
+                "rate limits are not enforced for %.0fs: Redis failed: %r",
+                self.RETRY_AFTER_FAILURE,
+                err,
+            )
             return 0.0
         return int(wait) / 1e6
 
@@ -123,7 +131,8 @@ async def open_rate_limiter(settings: Settings) -> AsyncIterator[RateLimiter]:
     if not settings.redis_url:
         yield MemoryRateLimiter(settings.rate_limit, settings.rate_limit_burst)
         return
-    redis = Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=2)
+    # Short timeouts: the limiter is in every request's path (and fails open).
+    redis = Redis.from_url(settings.redis_url, socket_connect_timeout=0.5, socket_timeout=0.5)
     try:
         yield RedisRateLimiter(redis, settings.rate_limit, settings.rate_limit_burst)
     finally:
