@@ -155,6 +155,12 @@ async def _freeze_start_up_objects(app: web.Application) -> None:
     gc.freeze()
 
 
+async def _unfreeze(app: web.Application) -> None:
+    # Several apps may start and stop in one process (tests): what the last one froze can
+    # become garbage, which only a collection that sees it can free.
+    gc.unfreeze()
+
+
 def create_app(settings: Settings) -> web.Application:
     """The libflow application for ``settings``; resources open in its cleanup contexts."""
     registry = CollectorRegistry()
@@ -174,6 +180,7 @@ def create_app(settings: Settings) -> web.Application:
     app[appkeys.METRICS] = metrics
     app.cleanup_ctx.extend([_database, _storage, _embedder, _http_client, _rate_limiter, _jobs])
     app.on_startup.append(_freeze_start_up_objects)  # after the contexts above have opened
+    app.on_cleanup.append(_unfreeze)
     app[appkeys.VECTOR_INDEX] = VectorIndex()
     app.add_routes(library.routes)
     app.add_routes(workflows.routes)

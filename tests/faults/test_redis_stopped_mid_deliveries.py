@@ -116,9 +116,11 @@ async def test_a_worker_started_while_redis_is_down_waits_for_it(
                 *(send(session, webhook["url"], webhook["secret"], n) for n in range(5))
             )
         assert {status for status, _ in replies} == {200}
+        await asyncio.to_thread(
+            wait_for, lambda: "waiting for Redis" in worker.output(), 60, "worker never waited"
+        )
         await asyncio.sleep(7)  # arq alone gives up after five tries a second apart, and exits
         assert worker.alive, worker.output()
-        assert "waiting for Redis" in worker.output()
 
         await asyncio.to_thread(private_redis.start)
         deliveries_url = f"{api}/webhooks/{webhook['webhookId']}/deliveries"
