@@ -9,10 +9,16 @@ from datetime import timedelta
 from libflow.ids import new_id, utcnow
 from libflow.models import DeliveryStatus, WebhookDelivery, WorkflowRun
 from tests.conftest import Api, ClientFactory, Shape, new_project
+from tests.processing_helpers import job_context
 from tests.webhook_helpers import create_webhook, deliver, deliveries_of, event_body
 from tests.webhook_helpers import standard_headers as signed
 from tests.workflow_helpers import chain, get_run, output, runs_of
-from workers.deliveries import INTERRUPTED_AFTER, settle_interrupted_deliveries
+from workers.deliveries import (
+    INTERRUPTED_AFTER,
+    WAKE_UP_WINDOW_SECONDS,
+    deliver_webhooks,
+    settle_interrupted_deliveries,
+)
 
 
 def slow(seconds: float) -> dict[str, object]:
@@ -104,3 +110,16 @@ async def test_a_fresh_claim_is_left_alone(api: Api) -> None:
 
     [delivery] = await deliveries_of(api, created["webhookId"])
     assert delivery["status"] == "running"
+
+
+async def test_a_drain_job_queued_by_a_clock_far_ahead_does_not_wait_for_its_window(
+    api: Api,
+) -> None:
+    # The API host's clock is an hour ahead: the job's window ends an hour from now here.
+    window = int((time.time() + 3600) / WAKE_UP_WINDOW_SECONDS)
+    context = {**job_context(api), "job_id": f"deliver_webhooks:{window}"}
+
+    started = time.monotonic()
+    await asyncio.wait_for(deliver_webhooks(context), 10)
+
+    assert time.monotonic() - started < 5  # capped at one window, not an hour

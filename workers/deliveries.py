@@ -136,6 +136,7 @@ async def deliver_webhooks(ctx: dict[str, Any]) -> None:
     running: set[asyncio.Task[None]] = set()
     # A job's time is bounded (arq's timeout): past this it claims no more and hands over.
     stop_claiming = time.monotonic() + DRAIN_SECONDS
+    waited = False
     try:
         while True:
             claimed: list[str] = []
@@ -149,10 +150,11 @@ async def deliver_webhooks(ctx: dict[str, Any]) -> None:
                 if time.monotonic() >= stop_claiming:
                     await wake_delivery_job(resources.jobs)  # the inbox may still hold some
                     return
-                # Capped: a clock far ahead on the API's host must not park this job.
+                # Once, and capped: a clock far ahead on the API's host must not park this job.
                 wait = min(_window_end(ctx) - time.time(), WINDOW_CAP_SECONDS)
-                if wait <= 0:
+                if waited or wait <= 0:
                     return
+                waited = True
                 # Receivers in this job's window do not queue another job (see
                 # wake_delivery_job): what they commit before it ends is ours to claim.
                 await asyncio.sleep(wait)
