@@ -13,7 +13,9 @@ NULLABLE_STR = {"type": ["string", "null"]}
 DATE = {"type": "string", "format": "date-time"}
 NULLABLE_DATE = {"type": ["string", "null"], "format": "date-time"}
 OBJECT = {"type": "object"}
-AUTH_ERRORS = (401, 403)
+# What the API-key middleware answers on every keyed route: no or an unknown key, another
+# project's key, and a key over its rate limit (with Retry-After).
+AUTH_ERRORS = (401, 403, 429)
 
 
 def json_response(schema: dict[str, Any], description: str) -> dict[str, Any]:
