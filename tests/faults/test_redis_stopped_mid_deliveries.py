@@ -89,7 +89,9 @@ async def test_deliveries_accepted_while_redis_is_away_run_exactly_once_when_it_
             done = all(d["status"] in ("succeeded", "failed") for d in found)
             return found if done and len(found) == len(accepted) else None
 
-        deliveries = wait_for(finished, 120, f"deliveries not all run:\n{worker.output()}")
+        deliveries = await asyncio.to_thread(
+            wait_for, finished, 120, f"deliveries not all run:\n{worker.output()}"
+        )
         assert worker.alive, f"the worker died with Redis:\n{worker.output()}"
     finally:
         worker.stop()
@@ -130,7 +132,9 @@ async def test_a_worker_started_while_redis_is_down_waits_for_it(
             assert status == 200, found
             return found if {d["status"] for d in found} == {"succeeded"} else None
 
-        delivered = wait_for(finished, 60, f"deliveries did not run:\n{worker.output()}")
+        delivered = await asyncio.to_thread(
+            wait_for, finished, 60, f"deliveries did not run:\n{worker.output()}"
+        )
     finally:
         worker.stop()
     assert len(delivered) == 5

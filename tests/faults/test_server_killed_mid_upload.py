@@ -71,7 +71,9 @@ async def test_an_upload_cut_by_a_server_crash_is_never_visible_and_can_be_retri
             with pytest.raises(aiohttp.ClientError):
                 await task
 
-        server.start()  # same data dir, same port: the signed links still point here
+        await asyncio.to_thread(
+            server.start
+        )  # same data dir, same port: the signed links still point here
         for record in records:
             # Nothing of the cut upload is an object: finalize sees no bytes at all.
             status, body = http_json(

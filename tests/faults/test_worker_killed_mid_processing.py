@@ -78,7 +78,8 @@ async def test_files_cut_off_by_a_killed_worker_end_done_after_recovery(
     worker = Worker(server, tmp_path / "worker.log")
     worker.start()
     try:
-        wait_for(
+        await asyncio.to_thread(
+            wait_for,
             lambda: "processing" in statuses(server, files_url, key, ids).values(),
             120,
             f"no file started processing:\n{worker.output()}",
@@ -96,12 +97,13 @@ async def test_files_cut_off_by_a_killed_worker_end_done_after_recovery(
             after = statuses(server, files_url, key, ids)
             return after if after == before else None
 
-        wait_for(settled, 120, "files kept changing")
+        await asyncio.to_thread(wait_for, settled, 120, "files kept changing")
         # The recovery cron (every minute, for files idle 20 minutes), run now for files
         # idle 2 seconds.
         async with open_arq_pool(private_redis.url) as pool:
             await ArqJobQueue(pool).enqueue(recover_stuck_files, 2.0, job_id="recover-now")
-        final = wait_for(
+        final = await asyncio.to_thread(
+            wait_for,
             lambda: (
                 (s := statuses(server, files_url, key, ids))
                 and all(v in FINAL for v in s.values())
