@@ -388,30 +388,7 @@ def execute(
     if ran[0]:
         raise BenchError(f"{ran[0]} deliveries ran before any worker started")
     with workers(worker_count, env, work) as started:
-        deadline = time.monotonic() + DRAIN_TIMEOUT
-        while True:
-            started.check_alive()
-            row = pg_row(
-                database_url,
-                "SELECT count(*) FROM webhook_deliveries "
-                "WHERE webhook_id = $1 AND finished_at IS NOT NULL",
-                hook.webhook_id,
-            )
-            if row[0] >= PRELOAD_DELIVERIES:
-                break
-            if time.monotonic() > deadline:
-                so_far = pg_row(
-                    database_url,
-                    "SELECT EXTRACT(EPOCH FROM max(finished_at) - min(started_at)) "
-                    "FROM webhook_deliveries WHERE webhook_id = $1 AND finished_at IS NOT NULL",
-                    hook.webhook_id,
-                )
-                rate = row[0] / float(so_far[0]) if so_far[0] else 0.0
-                raise BenchError(
-                    f"{worker_count} worker(s) ran {row[0]} of {PRELOAD_DELIVERIES} deliveries "
-                    f"in the {DRAIN_TIMEOUT:.0f}s allowed ({rate:.1f}/s)"
-                )
-            time.sleep(POLL_SECONDS)
+        _wait_until_finished(database_url, hook, PRELOAD_DELIVERIES, started, DRAIN_TIMEOUT)
     return _verify_executed(database_url, hook, worker_count)
 
 
@@ -431,7 +408,17 @@ def _wait_until_finished(
         if row[0] >= expected:
             return
         if time.monotonic() > deadline:
-            raise BenchError(f"{row[0]} of {expected} deliveries finished in {timeout:.0f}s")
+            so_far = pg_row(
+                database_url,
+                "SELECT EXTRACT(EPOCH FROM max(finished_at) - min(started_at)) "
+                "FROM webhook_deliveries WHERE webhook_id = $1 AND finished_at IS NOT NULL",
+                hook.webhook_id,
+            )
+            rate = row[0] / float(so_far[0]) if so_far[0] else 0.0
+            raise BenchError(
+                f"{len(started.procs)} worker(s) ran {row[0]} of {expected} deliveries "
+                f"in the {timeout:.0f}s allowed ({rate:.1f}/s)"
+            )
         time.sleep(POLL_SECONDS)
 
 
