@@ -69,7 +69,6 @@ async def startup(ctx: dict[str, Any]) -> None:
     )
     # As the server does (libflow.app): keep start-up's objects, the embedding model above
     # all, out of the cyclic GC's full collections, each a pause of every running job.
-    gc.collect()
     gc.freeze()
     logger.info("worker ready")
 
@@ -79,6 +78,7 @@ async def shutdown(ctx: dict[str, Any]) -> None:
     stack: AsyncExitStack | None = ctx.get(_EXIT_STACK)
     if stack is not None:
         await stack.aclose()
+    gc.unfreeze()  # as the server does at cleanup: burst workers come and go in tests
 
 
 def cron_jobs() -> list[CronJob]:
