@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import math
@@ -124,6 +125,25 @@ def run_alone(name: str, report_factory: Callable[[], Report]) -> int:
         report = Report([Result.failed(name, err)])
     print(render_table([report]))
     return 1 if any(r.error for r in report.rows) else 0
+
+
+def main_with_baseline(
+    argv: list[str] | None,
+    description: str | None,
+    name: str,
+    report_factory: Callable[[], Report],
+    serve_baseline: Callable[[int], None],
+) -> int:
+    """Run one benchmark alone, or serve its baseline with ``serve-baseline --port P``."""
+    parser = argparse.ArgumentParser(description=description)
+    sub = parser.add_subparsers(dest="command")
+    serve = sub.add_parser("serve-baseline", help="serve the bare aiohttp baseline")
+    serve.add_argument("--port", type=int, required=True)
+    args = parser.parse_args(argv)
+    if args.command == "serve-baseline":
+        serve_baseline(args.port)
+        return 0
+    return run_alone(name, report_factory)
 
 
 def _raise_exit(signum: int, frame: FrameType | None) -> None:

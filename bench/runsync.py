@@ -11,7 +11,6 @@ serves the baseline.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
@@ -30,8 +29,8 @@ from bench._common import (
     free_port,
     libflow_env,
     libflow_server,
+    main_with_baseline,
     request_json,
-    run_alone,
     server,
 )
 from bench.get_file import (
@@ -188,15 +187,7 @@ def run() -> Report:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark, or serve the baseline with ``serve-baseline --port P``."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    sub = parser.add_subparsers(dest="command")
-    serve = sub.add_parser("serve-baseline", help="serve the bare aiohttp baseline")
-    serve.add_argument("--port", type=int, required=True)
-    args = parser.parse_args(argv)
-    if args.command == "serve-baseline":
-        serve_baseline(args.port)
-        return 0
-    return run_alone(NAME, run)
+    return main_with_baseline(argv, __doc__, NAME, run, serve_baseline)
 
 
 if __name__ == "__main__":
