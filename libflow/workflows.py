@@ -215,6 +215,18 @@ async def get_run(project_id: str, run_id: str) -> WorkflowRun:
     return run
 
 
+def _new_record(target: RunTarget, run_id: str | None, **fields: Any) -> WorkflowRun:
+    """A run record of ``target``'s version, started now (not saved)."""
+    return WorkflowRun(
+        id=run_id or new_id(),
+        workflow_id=target.workflow_id,
+        project_id=target.project_id,
+        version=target.version,
+        started_at=utcnow(),
+        **fields,
+    )
+
+
 async def run_version(
     target: RunTarget,
     *,
@@ -232,16 +244,8 @@ async def run_version(
     commits a write of its own with the final record (webhook deliveries do both).
     """
     run = EngineRun(target.definition, event=event, inputs=inputs, services=services)
-    record = WorkflowRun(
-        id=run_id or new_id(),
-        workflow_id=target.workflow_id,
-        project_id=target.project_id,
-        version=target.version,
-        event=event,
-        trigger=trigger,
-        status="running",
-        inputs=run.inputs,
-        started_at=utcnow(),
+    record = _new_record(
+        target, run_id, event=event, trigger=trigger, status="running", inputs=run.inputs
     )
     recorder = _RunRecorder(record, record_with)
     # Most runs end within milliseconds: their record is written once, when they end.
@@ -317,21 +321,17 @@ async def record_refused_run(
     runsync answers such a caller with the error itself; a webhook delivery has
     nobody to answer, so its run record is where the error shows.
     """
-    now = utcnow()
-    record = WorkflowRun(
-        id=run_id or new_id(),
-        workflow_id=target.workflow_id,
-        project_id=target.project_id,
-        version=target.version,
+    record = _new_record(
+        target,
+        run_id,
         event=event,
         trigger=trigger,
         status="failed",
         status_code=error.status,
         inputs=inputs or {},
         error={"code": error.code, "node": None, "message": error.message},
-        started_at=now,
-        finished_at=now,
     )
+    record.finished_at = record.started_at
 
     async def write(db: BaseDBAsyncClient) -> None:
         await record.save(using_db=db, force_create=True)
