@@ -17,7 +17,7 @@ from tortoise.transactions import in_transaction
 from libflow.engine import NodeServices, RunResult, WorkflowDefinition, parse_definition
 from libflow.engine import WorkflowRun as EngineRun
 from libflow.errors import LibflowError, NotFound
-from libflow.group_commit import commit_together
+from libflow.group_commit import commit_together, insert_together
 from libflow.ids import new_id, possible_id, utcnow
 from libflow.inline_reads import InlineReads, InlineReadUnavailable
 from libflow.models import Workflow, WorkflowRun, WorkflowVersion
@@ -216,13 +216,13 @@ async def get_run(project_id: str, run_id: str) -> WorkflowRun:
 
 
 def _new_record(target: RunTarget, run_id: str | None, **fields: Any) -> WorkflowRun:
-    """A run record of ``target``'s version, started now (not saved)."""
+    """A run record of ``target``'s version, started now unless told (not saved)."""
+    fields.setdefault("started_at", utcnow())
     return WorkflowRun(
         id=run_id or new_id(),
         workflow_id=target.workflow_id,
         project_id=target.project_id,
         version=target.version,
-        started_at=utcnow(),
         **fields,
     )
 
@@ -244,10 +244,7 @@ async def run_version(
     commits a write of its own with the final record (webhook deliveries do both).
     """
     run = EngineRun(target.definition, event=event, inputs=inputs, services=services)
-    record = _new_record(
-        target, run_id, event=event, trigger=trigger, status="running", inputs=run.inputs
-    )
-    recorder = _RunRecorder(record, record_with)
+    recorder = _RunRecorder(target, run_id, run, trigger, record_with)
     # Most runs end within milliseconds: their record is written once, when they end.
     # A longer run shows as "running" from RECORD_RUNNING_AFTER on.
     timer = asyncio.get_running_loop().call_later(RECORD_RUNNING_AFTER, recorder.record_running)
@@ -260,42 +257,71 @@ async def run_version(
         raise
     timer.cancel()
     # Shielded too: a client leaving during this save must not leave the run "running".
-    await asyncio.shield(recorder.record_end(result))
-    return record, result
+    return await asyncio.shield(recorder.record_end(result)), result
 
 
 class _RunRecorder:
-    """Writes a run's record: at its end, and before that too if it runs for long."""
+    """Writes a run's record: at its end, and before that too if it runs for long.
 
-    def __init__(self, record: WorkflowRun, record_with: RecordWith | None) -> None:
-        self.record = record
+    The record is built when it is first written: most runs are written once, at their
+    end, and building a model costs more than the small run it records.
+    """
+
+    def __init__(
+        self,
+        target: RunTarget,
+        run_id: str | None,
+        run: EngineRun,
+        trigger: str,
+        record_with: RecordWith | None,
+    ) -> None:
+        self._target = target
+        self._run_id = run_id or new_id()
+        self._run = run
+        self._trigger = trigger
+        self._started_at = utcnow()
         self._record_with = record_with
         self._running: asyncio.Task[None] | None = None
+        self._record: WorkflowRun | None = None
+
+    def _new(self, **fields: Any) -> WorkflowRun:
+        run = self._run
+        return _new_record(
+            self._target,
+            self._run_id,
+            started_at=self._started_at,
+            event=run.event,
+            trigger=self._trigger,
+            inputs=run.inputs,
+            **fields,
+        )
 
     def record_running(self) -> None:
         """Write the record as "running" now (called by the loop's timer)."""
-        self._running = asyncio.create_task(self._insert())
+        record = self._record = self._new(status="running")
+        self._running = asyncio.create_task(
+            commit_together(lambda db: record.save(using_db=db, force_create=True))
+        )
 
-    async def _insert(self) -> None:
-        await commit_together(lambda db: self.record.save(using_db=db, force_create=True))
-
-    async def _write_end(self, db: BaseDBAsyncClient, *, insert: bool) -> None:
-        if insert:
-            await self.record.save(using_db=db, force_create=True)
-        else:
-            await self.record.save(update_fields=_END_FIELDS, using_db=db)
-        if self._record_with is not None:
-            await self._record_with(db, self.record)
-
-    async def record_end(self, result: RunResult) -> None:
+    async def record_end(self, result: RunResult) -> WorkflowRun:
         """Write how the run ended: an update of the running record, or the only insert."""
-        record = self.record
-        record.status = result.status
-        record.status_code = result.status_code
-        record.outputs = result.outputs
-        record.error = result.error.to_json() if result.error else None
-        record.node_timings = result.timings_json()
-        record.finished_at = result.finished_date or utcnow()
+        end = {
+            "status": result.status,
+            "status_code": result.status_code,
+            "outputs": result.outputs,
+            "error": result.error.to_json() if result.error else None,
+            "node_timings": result.timings_json(),
+            "finished_at": result.finished_date or utcnow(),
+        }
+        record = self._record
+        if record is None:
+            record = self._record = self._new(**end)
+            if self._record_with is None:
+                await insert_together(record)  # the common case: one row, batched with others
+                return record
+            await commit_together(lambda db: self._write_end(db, record, insert=True))
+            return record
+        record.update_from_dict(end)
         insert = True
         if self._running is not None:
             try:
@@ -303,7 +329,16 @@ class _RunRecorder:
                 insert = False
             except Exception:
                 logger.exception("run %s: its running record was not written", record.id)
-        await commit_together(lambda db: self._write_end(db, insert=insert))
+        await commit_together(lambda db: self._write_end(db, record, insert=insert))
+        return record
+
+    async def _write_end(self, db: BaseDBAsyncClient, record: WorkflowRun, *, insert: bool) -> None:
+        if insert:
+            await record.save(using_db=db, force_create=True)
+        else:
+            await record.save(update_fields=_END_FIELDS, using_db=db)
+        if self._record_with is not None:
+            await self._record_with(db, record)
 
 
 async def record_refused_run(

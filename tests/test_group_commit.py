@@ -1,0 +1,89 @@
+"""Group commit: concurrent writes share a transaction, and each caller still gets its own end."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from tortoise.backends.base.client import BaseDBAsyncClient
+from tortoise.exceptions import IntegrityError
+
+from libflow.group_commit import commit_together, insert_together
+from libflow.ids import new_id
+from libflow.models import Project
+from tests.conftest import Api
+from tests.workflow_helpers import SPEC_EXAMPLE, create, runs_of, runsync
+
+
+async def test_concurrent_runs_are_each_recorded_once(shaped_api: Api) -> None:
+    # Their records are inserted together, batch by batch: none may be lost or doubled.
+    workflow_id = (await create(shaped_api, SPEC_EXAMPLE))["workflowId"]
+    names = [f"caller {i}" for i in range(60)]
+
+    answers = await asyncio.gather(
+        *(runsync(shaped_api, workflow_id, inputs={"name": name}) for name in names)
+    )
+
+    assert [status for status, _ in answers] == [200] * len(names)
+    runs = await runs_of(shaped_api, workflow_id)
+    assert sorted(r["inputs"]["name"] for r in runs) == sorted(names)
+    assert {r["status"] for r in runs} == {"succeeded"}
+    assert all(r["outputs"]["greeting"] == f"Hello, {r['inputs']['name']}!" for r in runs)
+
+
+async def test_a_duplicate_row_fails_alone_and_its_batch_is_kept(api: Api) -> None:
+    taken = new_id()
+    await Project.create(id=taken, name="first")
+    fresh = [new_id() for _ in range(5)]
+    rows = [Project(id=project_id, name="new") for project_id in fresh]
+
+    results = await asyncio.gather(
+        *(insert_together(row) for row in rows),
+        insert_together(Project(id=taken, name="second")),
+        return_exceptions=True,
+    )
+
+    assert results[:5] == [None] * 5
+    assert isinstance(results[5], IntegrityError)
+    assert await Project.filter(id__in=fresh).count() == 5
+    assert (await Project.get(id=taken)).name == "first"
+
+
+async def test_rows_and_callable_writes_commit_in_one_batch(api: Api) -> None:
+    project_id = new_id()
+
+    async def rename(db: BaseDBAsyncClient) -> str:
+        return "renamed"
+
+    results = await asyncio.gather(
+        insert_together(Project(id=project_id, name="row")),
+        commit_together(rename),
+    )
+
+    assert results == [None, "renamed"]
+    assert await Project.exists(id=project_id)
+
+
+async def test_a_failing_callable_write_does_not_take_the_rows_with_it(api: Api) -> None:
+    project_id = new_id()
+
+    async def broken(db: BaseDBAsyncClient) -> None:
+        raise RuntimeError("this write fails")
+
+    results = await asyncio.gather(
+        insert_together(Project(id=project_id, name="row")),
+        commit_together(broken),
+        return_exceptions=True,
+    )
+
+    assert results[0] is None
+    assert isinstance(results[1], RuntimeError)
+    assert await Project.exists(id=project_id)
+
+
+@pytest.mark.parametrize("count", [1, 300])
+async def test_every_row_of_a_burst_is_inserted(api: Api, count: int) -> None:
+    # 300 rows exceed one batch (MAX_BATCH = 256): the rest go in the next.
+    ids = [new_id() for _ in range(count)]
+    await asyncio.gather(*(insert_together(Project(id=i, name="burst")) for i in ids))
+    assert await Project.filter(id__in=ids).count() == count
