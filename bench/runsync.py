@@ -3,10 +3,13 @@
 The workflow is input -> template -> set_output (after its event node): it checks one input,
 renders a greeting and sets it as the output; every run is recorded in the database. The
 baseline is one aiohttp handler that parses the same JSON body and answers the same JSON
-shape, without middleware or database. Both servers are pinned to CPU 0 and wrk to CPU 1, with
-the settings of ``bench.get_file``; wrk POSTs the body through a Lua script in a temp file.
-Run alone with ``python -m bench.runsync``; ``python -m bench.runsync serve-baseline --port P``
-serves the baseline.
+shape, without middleware or database. A third server, the floor, is libflow's own application
+(every middleware, the API key check and rate limit, the body model) with one more route whose
+handler answers the same JSON without running anything: what any keyed libflow route costs
+before it does its work. Every server is pinned to CPU 0 and wrk to CPU 1, with the settings of
+``bench.get_file``; wrk POSTs the body through a Lua script in a temp file. Run alone with
+``python -m bench.runsync``; ``python -m bench.runsync serve-baseline --port P`` serves the
+baseline and ``serve-floor --port P`` the floor (its data dir from LIBFLOW_DATA_DIR).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from bench._common import (
     PYTHON,
     BenchError,
     Report,
+    Result,
     create_project,
     free_port,
     libflow_env,
@@ -63,6 +67,8 @@ DEFINITION: dict[str, Any] = {
 }
 EXPECTED = {"success": True, "result": {"outputs": {"greeting": "Hello, Ada!"}}, "statusCode": 200}
 ROUTE = "/api/publicv1/projects/{projectId}/workflows/{workflowId}/runsync"
+# Registered last, behind every other project route, as runsync is behind most of them.
+FLOOR_ROUTE = "/api/publicv1/projects/{projectId}/workflows/{workflowId}/floor"
 
 
 # The baseline server
@@ -93,6 +99,36 @@ def baseline_app() -> web.Application:
 def serve_baseline(port: int) -> None:
     """Serve the baseline until SIGTERM/SIGINT."""
     web.run_app(baseline_app(), host="127.0.0.1", port=port, access_log=None, print=None)
+
+
+# The floor: libflow's application and middlewares around a handler that runs nothing
+
+
+async def floor_runsync(request: web.Request) -> web.Response:
+    """Parse and validate the body as runsync does, then answer without running anything."""
+    # libflow is imported by the floor's process only: the runner process stays light.
+    from libflow.api.bodies import RunSyncBody, parse_body
+
+    body = await parse_body(request, RunSyncBody)
+    name = (body.inputs or {}).get("name")
+    return web.json_response(
+        {"success": True, "result": {"outputs": {"greeting": f"Hello, {name}!"}}, "statusCode": 200}
+    )
+
+
+def serve_floor(port: int) -> None:
+    """Serve libflow's app (settings from LIBFLOW_*) with the floor route, until SIGTERM."""
+    from libflow.app import create_app
+    from libflow.logs import configure_logging
+    from settings import settings_from_env
+
+    settings = settings_from_env(port=port)
+    configure_logging(settings.log_level)
+    app = create_app(settings)
+    app.router.add_post(FLOOR_ROUTE, floor_runsync)
+    web.run_app(
+        app, host="127.0.0.1", port=port, access_log=None, handler_cancellation=True, print=None
+    )
 
 
 # The load generator
@@ -129,13 +165,15 @@ def _runs_recorded(base: str, project: str, key: str, workflow_id: str) -> int:
 
 
 def run() -> Report:
-    """Warm both servers up, then measure the bare baseline and libflow back to back."""
+    """Warm the servers up, then measure the bare baseline, the floor and libflow back to back."""
     work = Path(tempfile.mkdtemp(prefix="libflow-bench-runsync-"))
     try:
-        data_dir = work / "data"
+        data_dir, floor_dir = work / "data", work / "floor"
         env = libflow_env(data_dir)  # LIBFLOW_API_KEY_CACHE_SECONDS left at its default
+        floor_env = libflow_env(floor_dir)
         project, key = create_project(env)
-        port, baseline_port = free_port(), free_port()
+        floor_project, floor_key = create_project(floor_env)
+        port, baseline_port, floor_port = free_port(), free_port(), free_port()
         body = json.dumps(BODY).encode()
         script = lua_script(work / "runsync.lua", body)
         with libflow_server(port, data_dir, env, cpu=SERVER_CPU):
@@ -147,24 +185,39 @@ def run() -> Report:
                 api_key=key,
             )
             workflow_id = created["workflowId"]
-            path = ROUTE.format(projectId=project, workflowId=workflow_id)
-            baseline_cmd = [PYTHON, "-m", "bench.runsync", "serve-baseline"]
-            baseline_cmd += ["--port", str(baseline_port)]
-            with server(
-                baseline_cmd,
-                port=baseline_port,
-                env=env,
-                log_path=work / "baseline.log",
-                cpu=SERVER_CPU,
+            url = base + ROUTE.format(projectId=project, workflowId=workflow_id)
+            baseline_url = f"http://127.0.0.1:{baseline_port}" + ROUTE.format(
+                projectId=project, workflowId=workflow_id
+            )
+            floor_url = f"http://127.0.0.1:{floor_port}" + FLOOR_ROUTE.format(
+                projectId=floor_project, workflowId=workflow_id
+            )
+            command = [PYTHON, "-m", "bench.runsync"]
+            with (
+                server(
+                    [*command, "serve-baseline", "--port", str(baseline_port)],
+                    port=baseline_port,
+                    env=env,
+                    log_path=work / "baseline.log",
+                    cpu=SERVER_CPU,
+                ),
+                server(
+                    [*command, "serve-floor", "--port", str(floor_port)],
+                    port=floor_port,
+                    env=floor_env,
+                    log_path=work / "floor.log",
+                    cpu=SERVER_CPU,
+                ),
             ):
-                baseline_url = f"http://127.0.0.1:{baseline_port}{path}"
-                auth = {"Authorization": key}
-                _check_answer(baseline_url, None)
-                _check_answer(base + path, key)
-                wrk(baseline_url, WARMUP_SECONDS, script=script)
-                wrk(base + path, WARMUP_SECONDS, auth, script)
-                bare = wrk(baseline_url, DURATION_SECONDS, script=script)
-                libflow = wrk(base + path, DURATION_SECONDS, auth, script)
+                targets = [(baseline_url, None), (floor_url, floor_key), (url, key)]
+                for target, api_key in targets:
+                    _check_answer(target, api_key)
+                    headers = {"Authorization": api_key} if api_key else None
+                    wrk(target, WARMUP_SECONDS, headers, script)
+                bare, floor, libflow = (
+                    wrk(target, DURATION_SECONDS, {"Authorization": k} if k else None, script)
+                    for target, k in targets
+                )
             recorded = _runs_recorded(base, project, key, workflow_id)
             if recorded == 0:
                 raise BenchError("no run was recorded")
@@ -172,22 +225,35 @@ def run() -> Report:
         shutil.rmtree(work, ignore_errors=True)
 
     rows = wrk_comparison(NAME, "runsync 3-node", libflow, bare, RATIO_GOAL)
+    rows.insert(
+        1,
+        Result(
+            NAME,
+            "floor: libflow stack, no run",
+            floor.requests_per_second,
+            "req/s",
+            baseline=bare.requests_per_second,
+            baseline_label="bare aiohttp",
+        ),
+    )
     notes = [
         f"runsync: wrk -t{THREADS} -c{CONNECTIONS} -d{DURATION_SECONDS}s --latency -s (POST "
         f"{len(body)}-byte JSON body) on CPU {WRK_CPU} after a {WARMUP_SECONDS}s warm-up each; "
-        f"both servers on CPU {SERVER_CPU}; {bare.requests} / {libflow.requests} requests "
-        "(bare / libflow)",
+        f"all servers on CPU {SERVER_CPU}; {bare.requests} / {floor.requests} / "
+        f"{libflow.requests} requests (bare / floor / libflow)",
         "runsync: workflow event -> input -> template -> set_output, each run recorded "
-        f"(created, then finished) in SQLite; LIBFLOW_LOG_LEVEL={LOG_LEVEL}, "
+        f"in SQLite before the answer; LIBFLOW_LOG_LEVEL={LOG_LEVEL}, "
         "LIBFLOW_API_KEY_CACHE_SECONDS default (5); the baseline parses the body and answers "
-        "the same JSON without middleware or database",
+        "the same JSON without middleware or database; the floor is libflow's app (middlewares, "
+        "key check, rate limit, body model) around a handler that only answers that JSON",
     ]
     return Report(rows, notes)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark, or serve the baseline with ``serve-baseline --port P``."""
-    return main_with_baseline(argv, __doc__, NAME, run, serve_baseline)
+    """Run the benchmark, or serve the baseline or the floor (``serve-baseline|serve-floor
+    --port P``)."""
+    return main_with_baseline(argv, __doc__, NAME, run, serve_baseline, serve_floor)
 
 
 if __name__ == "__main__":
