@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import asyncpg  # type: ignore[import-untyped]
+import asyncpg
 import redis
 from aiohttp import web
 

@@ -143,6 +143,25 @@ DEPENDENCY_DOWN: tuple[type[BaseException], ...] = (
     InternalClientError,
 )
 
+
+def dependency_down(err: BaseException) -> bool:
+    """Whether ``err`` is, or was raised while handling, a dependency going away.
+
+    Cleaning up after a dropped connection fails in its own ways: rolling back the
+    transaction of a connection PostgreSQL closed raises asyncpg's InterfaceError
+    ("the underlying connection is closed"), which says nothing of the outage but
+    its context does. Such an error is the outage too, not a bug of ours.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        if isinstance(current, DEPENDENCY_DOWN):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 STATUS_BY_CODE: dict[str, int] = {
     "UNAUTHORIZED": 401,
     "FORBIDDEN": 403,
@@ -215,10 +234,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if err.status == 405 and "Allow" in err.headers:
             response.headers["Allow"] = err.headers["Allow"]
         return response
-    except DEPENDENCY_DOWN as err:
-        # The database or another dependency went away: the caller may retry.
-        logger.warning("dependency unavailable on %s %s: %r", request.method, request.path, err)
-        return error_response("UNAVAILABLE", "a dependency is unavailable, retry later")
-    except Exception:
+    except Exception as err:
+        if dependency_down(err):
+            # The database or another dependency went away: the caller may retry.
+            logger.warning("dependency unavailable on %s %s: %r", request.method, request.path, err)
+            return error_response("UNAVAILABLE", "a dependency is unavailable, retry later")
         logger.exception("unhandled error on %s %s", request.method, request.path)
         return error_response("INTERNAL", "internal server error")

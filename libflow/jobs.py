@@ -13,7 +13,7 @@ from arq.connections import ArqRedis, RedisSettings
 from arq.worker import Retry
 from redis.exceptions import RedisError
 
-from libflow.errors import DEPENDENCY_DOWN, Unavailable
+from libflow.errors import Unavailable, dependency_down
 
 logger = logging.getLogger("libflow.jobs")
 
@@ -101,12 +101,12 @@ class InProcessJobQueue:
                     return
                 except Retry as retry:
                     defer = (retry.defer_score or 0) / 1000
-                except DEPENDENCY_DOWN as err:
-                    # The database is away: the next run of the job (or its sweep) will do.
-                    logger.warning("job %s: a dependency is unavailable: %r", job_id, err)
-                    return
-                except Exception:
-                    logger.exception("job %s failed", job_id)
+                except Exception as err:
+                    if dependency_down(err):
+                        # The database is away: the next run of the job (or its sweep) will do.
+                        logger.warning("job %s: a dependency is unavailable: %r", job_id, err)
+                    else:
+                        logger.exception("job %s failed", job_id)
                     return
             logger.info("job %s retries in %.1fs (try %d)", job_id, defer, job_try)
             await asyncio.sleep(defer)

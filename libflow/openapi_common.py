@@ -16,6 +16,14 @@ OBJECT = {"type": "object"}
 # What the API-key middleware answers on every keyed route: no or an unknown key, another
 # project's key, and a key over its rate limit (with Retry-After).
 AUTH_ERRORS = (401, 403, 429)
+# Answers that tell the client when to try again.
+RETRY_AFTER = {
+    "Retry-After": {
+        "schema": {"type": "integer", "minimum": 0},
+        "description": "seconds to wait before retrying",
+    }
+}
+_RETRY_STATUSES = frozenset({429, 503})
 
 
 def json_response(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -24,8 +32,16 @@ def json_response(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 
 def errors(*statuses: int) -> dict[str, Any]:
-    """Error responses, one per status, all with the one error body."""
-    return {str(s): json_response(ERROR, "error") for s in statuses}
+    """Error responses, one per status, all with the one error body (429 and 503 with
+    their Retry-After header)."""
+    return {str(s): _error_response(s) for s in statuses}
+
+
+def _error_response(status: int) -> dict[str, Any]:
+    response = json_response(ERROR, "error")
+    if status in _RETRY_STATUSES:
+        response["headers"] = RETRY_AFTER
+    return response
 
 
 def ref(name: str) -> dict[str, str]:

@@ -13,6 +13,7 @@ from libflow.openapi_common import (
     NULLABLE_DATE,
     NULLABLE_STR,
     PROJECT,
+    RETRY_AFTER,
     STR,
     body,
     errors,
@@ -179,12 +180,7 @@ def _receiver() -> dict[str, Any]:
             "413": _error("the body is over 1 MiB", "PAYLOAD_TOO_LARGE"),
             "503": {
                 **_error("a dependency is unavailable, retry later", "UNAVAILABLE"),
-                "headers": {
-                    "Retry-After": {
-                        "schema": {"type": "integer", "minimum": 0},
-                        "description": "seconds to wait before retrying",
-                    }
-                },
+                "headers": RETRY_AFTER,
             },
         },
     }

@@ -75,3 +75,22 @@ async def test_path_parameters_match_the_path_template(api: Api) -> None:
         for method, operation in item.items():
             declared = {p["name"] for p in operation.get("parameters", []) if p["in"] == "path"}
             assert declared == in_path, (method, path)
+
+
+async def test_answers_that_ask_to_retry_later_document_their_retry_after_header(
+    api: Api,
+) -> None:
+    document = await _document(api)
+    retry_answers = [
+        (path, method, status, response)
+        for path, item in document["paths"].items()
+        for method, operation in item.items()
+        if method in HTTP_METHODS
+        for status, response in operation["responses"].items()
+        if status in {"429", "503"}
+    ]
+    assert any(status == "429" for _, _, status, _ in retry_answers)
+    for path, method, status, response in retry_answers:
+        header = response.get("headers", {}).get("Retry-After")
+        assert header is not None, (method, path, status)
+        assert header["schema"]["type"] == "integer"
