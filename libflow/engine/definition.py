@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
@@ -46,6 +47,15 @@ class Edge:
 
 
 @dataclass(frozen=True, slots=True)
+class RunPlan:
+    """A run of one event: its event nodes, and how many edges from nodes the run can reach
+    each node it can reach waits for."""
+
+    starts: tuple[Node, ...]
+    waiting: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
 class WorkflowDefinition:
     """A validated workflow: nodes, edges, the run timeout and adjacency by node id."""
 
@@ -55,14 +65,43 @@ class WorkflowDefinition:
     by_id: Mapping[str, Node] = field(repr=False, compare=False)
     outgoing: Mapping[str, tuple[Edge, ...]] = field(repr=False, compare=False)
     incoming: Mapping[str, tuple[Edge, ...]] = field(repr=False, compare=False)
+    input_nodes: tuple[Node, ...] = field(repr=False, compare=False)
+    # Worked out on first use and kept: a definition is run many times, never changed.
+    _plans: dict[str, RunPlan] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def event_names(self) -> list[str]:
         """The events this workflow can be run with, sorted."""
         return sorted({node.config["event"] for node in self.nodes if node.type == "event"})
 
-    def input_nodes(self) -> tuple[Node, ...]:
-        """The nodes that declare inputs."""
-        return tuple(node for node in self.nodes if node.type == "input")
+    def plan(self, event: str) -> RunPlan | None:
+        """The plan of a run of ``event``, or None when no event node starts one."""
+        plan = self._plans.get(event)
+        if plan is None:
+            starts = tuple(
+                node
+                for node in self.nodes
+                if node.type == "event" and node.config["event"] == event
+            )
+            if not starts:
+                return None  # not kept: callers choose the event, and may choose many
+            reached = self._reachable(node.id for node in starts)
+            waiting = {
+                node_id: sum(1 for edge in self.incoming[node_id] if edge.source in reached)
+                for node_id in reached
+            }
+            plan = self._plans[event] = RunPlan(starts, MappingProxyType(waiting))
+        return plan
+
+    def _reachable(self, starts: Iterable[str]) -> set[str]:
+        """The nodes some path leads to from ``starts``."""
+        seen = set(starts)
+        queue = deque(seen)
+        while queue:
+            for edge in self.outgoing[queue.popleft()]:
+                if edge.target not in seen:
+                    seen.add(edge.target)
+                    queue.append(edge.target)
+        return seen
 
 
 def value_matches(value: Any, value_type: str) -> bool:
@@ -482,6 +521,7 @@ def parse_definition(raw: Any) -> WorkflowDefinition:
         by_id=MappingProxyType(by_id),
         outgoing=MappingProxyType(_adjacent(by_id, edges, lambda edge: edge.source)),
         incoming=MappingProxyType(_adjacent(by_id, edges, lambda edge: edge.target)),
+        input_nodes=tuple(node for node in by_id.values() if node.type == "input"),
     )
 
 

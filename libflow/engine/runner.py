@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -102,7 +102,7 @@ def check_inputs(definition: WorkflowDefinition, inputs: Any) -> dict[str, Any]:
         )
     checked = dict(inputs)  # undeclared inputs pass through
     problems: list[dict[str, Any]] = []
-    for node in definition.input_nodes():
+    for node in definition.input_nodes:
         name, value_type = node.config["name"], node.config["valueType"]
         value = checked.get(name)
         if value is None:
@@ -118,18 +118,6 @@ def check_inputs(definition: WorkflowDefinition, inputs: Any) -> dict[str, Any]:
         first = problems[0]
         raise InvalidInputs(f"input '{first['input']}' {first['problem']}", details=problems)
     return checked
-
-
-def _reachable(definition: WorkflowDefinition, starts: Iterable[str]) -> set[str]:
-    """The nodes some path leads to from the starting event nodes."""
-    seen = set(starts)
-    queue = deque(seen)
-    while queue:
-        for edge in definition.outgoing[queue.popleft()]:
-            if edge.target not in seen:
-                seen.add(edge.target)
-                queue.append(edge.target)
-    return seen
 
 
 class WorkflowRun:
@@ -148,12 +136,8 @@ class WorkflowRun:
         inputs: Mapping[str, Any] | None,
         services: NodeServices,
     ) -> None:
-        starts = [
-            node.id
-            for node in definition.nodes
-            if node.type == "event" and node.config["event"] == event
-        ]
-        if not starts:
+        plan = definition.plan(event)
+        if plan is None:
             known = definition.event_names()
             raise UnknownEvent(
                 f"the workflow has no event node for event {event!r}",
@@ -169,7 +153,7 @@ class WorkflowRun:
         self.timings: dict[str, NodeTiming] = {}
         self.started_date: datetime | None = None
         self.finished_date: datetime | None = None
-        self._starts = starts
+        self._plan = plan
         self._status_code: int | None = None
 
     @property
@@ -260,13 +244,9 @@ class WorkflowRun:
     async def _walk(self) -> None:
         """Run the reached nodes in dependency order; independent ones concurrently."""
         definition = self.definition
-        reached = _reachable(definition, self._starts)
-        waiting = {
-            node_id: sum(1 for edge in definition.incoming[node_id] if edge.source in reached)
-            for node_id in reached
-        }
+        waiting = dict(self._plan.waiting)
         live: set[str] = set()
-        ready = deque(definition.by_id[node_id] for node_id in self._starts)
+        ready = deque(self._plan.starts)
         tasks: dict[asyncio.Task[dict[str, Any]], Node] = {}
 
         def settle(node: Node, output: dict[str, Any] | None) -> None:
