@@ -133,20 +133,15 @@ def main_with_baseline(
     name: str,
     report_factory: Callable[[], Report],
     serve_baseline: Callable[[int], None],
-    serve_floor: Callable[[int], None] | None = None,
 ) -> int:
-    """Run one benchmark alone, or serve its baseline with ``serve-baseline --port P``
-    (or its floor, with ``serve-floor --port P``, when it has one)."""
+    """Run one benchmark alone, or serve its baseline with ``serve-baseline --port P``."""
     parser = argparse.ArgumentParser(description=description)
     sub = parser.add_subparsers(dest="command")
-    servers = {"serve-baseline": ("serve the bare aiohttp baseline", serve_baseline)}
-    if serve_floor is not None:
-        servers["serve-floor"] = ("serve libflow's stack with a trivial handler", serve_floor)
-    for command, (help_text, _) in servers.items():
-        sub.add_parser(command, help=help_text).add_argument("--port", type=int, required=True)
+    serve = sub.add_parser("serve-baseline", help="serve the bare aiohttp baseline")
+    serve.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
-    if args.command in servers:
-        servers[args.command][1](args.port)
+    if args.command == "serve-baseline":
+        serve_baseline(args.port)
         return 0
     return run_alone(name, report_factory)
 

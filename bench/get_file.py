@@ -1,6 +1,8 @@
 """Authenticated GET .../library/files/:id against a bare aiohttp JSON handler, both under wrk.
 
-Both servers are pinned to CPU 0 and wrk to CPU 1; same duration and connections, one run.
+A third server, the floor (``bench._floor_app``), is libflow's own application answering the
+same JSON from a route that reads nothing: what a keyed libflow route costs before its work.
+Every server is pinned to CPU 0 and wrk to CPU 1; same duration and connections, one run.
 Run alone with ``python -m bench.get_file``.
 """
 
@@ -32,6 +34,7 @@ from bench._common import (
     run_alone,
     server,
 )
+from bench._floor_app import GET_FILE_ROUTE
 
 NAME = "get_file"
 SERVER_CPU = 0
@@ -154,14 +157,28 @@ def wrk_comparison(
     ]
 
 
+def floor_row(name: str, what: str, floor: WrkRun, bare: WrkRun) -> Result:
+    """The floor's throughput beside the bare handler's."""
+    return Result(
+        name,
+        f"floor: libflow stack, {what}",
+        floor.requests_per_second,
+        "req/s",
+        baseline=bare.requests_per_second,
+        baseline_label="bare aiohttp",
+    )
+
+
 def run() -> Report:
-    """Warm both servers up, then measure the bare baseline and libflow back to back."""
+    """Warm the servers up, then measure the bare baseline, the floor and libflow back to back."""
     work = Path(tempfile.mkdtemp(prefix="libflow-bench-get-"))
     try:
-        data_dir = work / "data"
+        data_dir, floor_dir = work / "data", work / "floor"
         env = libflow_env(data_dir)  # LIBFLOW_API_KEY_CACHE_SECONDS left at its default
+        floor_env = libflow_env(floor_dir)
         project, key = create_project(env)
-        port, baseline_port = free_port(), free_port()
+        floor_project, floor_key = create_project(floor_env)
+        port, baseline_port, floor_port = free_port(), free_port(), free_port()
         with libflow_server(port, data_dir, env, cpu=SERVER_CPU):
             base = f"http://127.0.0.1:{port}"
             detail = _prepare_file(base, project, key)
@@ -169,39 +186,50 @@ def run() -> Report:
             body = json.dumps(detail).encode()
             payload_path.write_bytes(body)
             path = f"/api/publicv1/projects/{project}/library/files/{detail['id']}"
-            baseline_cmd = [
-                PYTHON,
-                "-m",
-                "bench._baseline_app",
-                "--port",
-                str(baseline_port),
-                "--payload",
-                str(payload_path),
-            ]
-            with server(
-                baseline_cmd,
-                port=baseline_port,
-                env=env,
-                log_path=work / "baseline.log",
-                cpu=SERVER_CPU,
+            floor_path = GET_FILE_ROUTE.format(projectId=floor_project, fileId=detail["id"])
+            payload = ["--payload", str(payload_path)]
+            baseline_cmd = [PYTHON, "-m", "bench._baseline_app", "--port", str(baseline_port)]
+            floor_cmd = [PYTHON, "-m", "bench._floor_app", "--port", str(floor_port)]
+            with (
+                server(
+                    [*baseline_cmd, *payload],
+                    port=baseline_port,
+                    env=env,
+                    log_path=work / "baseline.log",
+                    cpu=SERVER_CPU,
+                ),
+                server(
+                    [*floor_cmd, *payload],
+                    port=floor_port,
+                    env=floor_env,
+                    log_path=work / "floor.log",
+                    cpu=SERVER_CPU,
+                ),
             ):
-                baseline_url = f"http://127.0.0.1:{baseline_port}{path}"
-                auth = {"Authorization": key}
-                wrk(baseline_url, WARMUP_SECONDS)
-                wrk(base + path, WARMUP_SECONDS, auth)
-                bare = wrk(baseline_url, DURATION_SECONDS)
-                libflow = wrk(base + path, DURATION_SECONDS, auth)
+                targets = [
+                    (f"http://127.0.0.1:{baseline_port}{path}", None),
+                    (f"http://127.0.0.1:{floor_port}{floor_path}", {"Authorization": floor_key}),
+                    (base + path, {"Authorization": key}),
+                ]
+                for url, headers in targets:
+                    wrk(url, WARMUP_SECONDS, headers)
+                bare, floor, libflow = (
+                    wrk(url, DURATION_SECONDS, headers) for url, headers in targets
+                )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
     rows = wrk_comparison(NAME, "GET files/:id", libflow, bare, RATIO_GOAL)
+    rows.insert(1, floor_row(NAME, "no read", floor, bare))
     notes = [
         f"get_file: wrk -t{THREADS} -c{CONNECTIONS} -d{DURATION_SECONDS}s --latency on CPU "
-        f"{WRK_CPU} after a {WARMUP_SECONDS}s warm-up each; both servers on CPU {SERVER_CPU}; "
-        f"{bare.requests} / {libflow.requests} requests (bare / libflow)",
+        f"{WRK_CPU} after a {WARMUP_SECONDS}s warm-up each; all servers on CPU {SERVER_CPU}; "
+        f"{bare.requests} / {floor.requests} / {libflow.requests} requests "
+        "(bare / floor / libflow)",
         f"get_file: libflow with LIBFLOW_LOG_LEVEL={LOG_LEVEL} (the INFO access log is off), "
         "LIBFLOW_API_KEY_CACHE_SECONDS default (5), SQLite database; "
-        f"JSON body {len(body)} bytes, served re-serialized by the baseline",
+        f"JSON body {len(body)} bytes, served re-serialized by the baseline and by the floor "
+        "(libflow's app and middlewares around a route that reads nothing)",
     ]
     return Report(rows, notes)
 

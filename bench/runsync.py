@@ -3,13 +3,13 @@
 The workflow is input -> template -> set_output (after its event node): it checks one input,
 renders a greeting and sets it as the output; every run is recorded in the database. The
 baseline is one aiohttp handler that parses the same JSON body and answers the same JSON
-shape, without middleware or database. A third server, the floor, is libflow's own application
-(every middleware, the API key check and rate limit, the body model) with one more route whose
-handler answers the same JSON without running anything: what any keyed libflow route costs
-before it does its work. Every server is pinned to CPU 0 and wrk to CPU 1, with the settings of
+shape, without middleware or database. A third server, the floor (``bench._floor_app``), is
+libflow's own application with one more route whose handler validates the body and answers
+the same JSON without running anything: what any keyed libflow route costs before it does its
+work. Every server is pinned to CPU 0 and wrk to CPU 1, with the settings of
 ``bench.get_file``; wrk POSTs the body through a Lua script in a temp file. Run alone with
 ``python -m bench.runsync``; ``python -m bench.runsync serve-baseline --port P`` serves the
-baseline and ``serve-floor --port P`` the floor (its data dir from LIBFLOW_DATA_DIR).
+baseline.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from bench._common import (
     PYTHON,
     BenchError,
     Report,
-    Result,
     create_project,
     free_port,
     libflow_env,
@@ -37,6 +36,7 @@ from bench._common import (
     request_json,
     server,
 )
+from bench._floor_app import RUNSYNC_ROUTE
 from bench.get_file import (
     CONNECTIONS,
     DURATION_SECONDS,
@@ -44,6 +44,7 @@ from bench.get_file import (
     THREADS,
     WARMUP_SECONDS,
     WRK_CPU,
+    floor_row,
     wrk,
     wrk_comparison,
 )
@@ -67,8 +68,6 @@ DEFINITION: dict[str, Any] = {
 }
 EXPECTED = {"success": True, "result": {"outputs": {"greeting": "Hello, Ada!"}}, "statusCode": 200}
 ROUTE = "/api/publicv1/projects/{projectId}/workflows/{workflowId}/runsync"
-# Registered last, behind every other project route, as runsync is behind most of them.
-FLOOR_ROUTE = "/api/publicv1/projects/{projectId}/workflows/{workflowId}/floor"
 
 
 # The baseline server
@@ -99,36 +98,6 @@ def baseline_app() -> web.Application:
 def serve_baseline(port: int) -> None:
     """Serve the baseline until SIGTERM/SIGINT."""
     web.run_app(baseline_app(), host="127.0.0.1", port=port, access_log=None, print=None)
-
-
-# The floor: libflow's application and middlewares around a handler that runs nothing
-
-
-async def floor_runsync(request: web.Request) -> web.Response:
-    """Parse and validate the body as runsync does, then answer without running anything."""
-    # libflow is imported by the floor's process only: the runner process stays light.
-    from libflow.api.bodies import RunSyncBody, parse_body
-
-    body = await parse_body(request, RunSyncBody)
-    name = (body.inputs or {}).get("name")
-    return web.json_response(
-        {"success": True, "result": {"outputs": {"greeting": f"Hello, {name}!"}}, "statusCode": 200}
-    )
-
-
-def serve_floor(port: int) -> None:
-    """Serve libflow's app (settings from LIBFLOW_*) with the floor route, until SIGTERM."""
-    from libflow.app import create_app
-    from libflow.logs import configure_logging
-    from settings import settings_from_env
-
-    settings = settings_from_env(port=port)
-    configure_logging(settings.log_level)
-    app = create_app(settings)
-    app.router.add_post(FLOOR_ROUTE, floor_runsync)
-    web.run_app(
-        app, host="127.0.0.1", port=port, access_log=None, handler_cancellation=True, print=None
-    )
 
 
 # The load generator
@@ -189,20 +158,19 @@ def run() -> Report:
             baseline_url = f"http://127.0.0.1:{baseline_port}" + ROUTE.format(
                 projectId=project, workflowId=workflow_id
             )
-            floor_url = f"http://127.0.0.1:{floor_port}" + FLOOR_ROUTE.format(
+            floor_url = f"http://127.0.0.1:{floor_port}" + RUNSYNC_ROUTE.format(
                 projectId=floor_project, workflowId=workflow_id
             )
-            command = [PYTHON, "-m", "bench.runsync"]
             with (
                 server(
-                    [*command, "serve-baseline", "--port", str(baseline_port)],
+                    [PYTHON, "-m", "bench.runsync", "serve-baseline", "--port", str(baseline_port)],
                     port=baseline_port,
                     env=env,
                     log_path=work / "baseline.log",
                     cpu=SERVER_CPU,
                 ),
                 server(
-                    [*command, "serve-floor", "--port", str(floor_port)],
+                    [PYTHON, "-m", "bench._floor_app", "--port", str(floor_port)],
                     port=floor_port,
                     env=floor_env,
                     log_path=work / "floor.log",
@@ -225,17 +193,7 @@ def run() -> Report:
         shutil.rmtree(work, ignore_errors=True)
 
     rows = wrk_comparison(NAME, "runsync 3-node", libflow, bare, RATIO_GOAL)
-    rows.insert(
-        1,
-        Result(
-            NAME,
-            "floor: libflow stack, no run",
-            floor.requests_per_second,
-            "req/s",
-            baseline=bare.requests_per_second,
-            baseline_label="bare aiohttp",
-        ),
-    )
+    rows.insert(1, floor_row(NAME, "no run", floor, bare))
     notes = [
         f"runsync: wrk -t{THREADS} -c{CONNECTIONS} -d{DURATION_SECONDS}s --latency -s (POST "
         f"{len(body)}-byte JSON body) on CPU {WRK_CPU} after a {WARMUP_SECONDS}s warm-up each; "
@@ -251,9 +209,8 @@ def run() -> Report:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark, or serve the baseline or the floor (``serve-baseline|serve-floor
-    --port P``)."""
-    return main_with_baseline(argv, __doc__, NAME, run, serve_baseline, serve_floor)
+    """Run the benchmark, or serve the baseline with ``serve-baseline --port P``."""
+    return main_with_baseline(argv, __doc__, NAME, run, serve_baseline)
 
 
 if __name__ == "__main__":
