@@ -12,11 +12,12 @@ from asyncpg.exceptions import (
     AdminShutdownError,
     CannotConnectNowError,
     CrashShutdownError,
+    InterfaceError,
     InternalClientError,
     PostgresConnectionError,
     TooManyConnectionsError,
 )
-from tortoise.exceptions import DBConnectionError
+from tortoise.exceptions import DBConnectionError, TransactionManagementError
 
 logger = logging.getLogger("libflow.errors")
 
@@ -144,13 +145,17 @@ DEPENDENCY_DOWN: tuple[type[BaseException], ...] = (
 )
 
 
-def dependency_down(err: BaseException) -> bool:
-    """Whether ``err`` is, or was raised while handling, a dependency going away.
+# What cleaning up after a dropped connection raises: rolling back the transaction of a
+# connection PostgreSQL closed fails with asyncpg's "the underlying connection is closed".
+_CLEANUP_ERRORS: tuple[type[BaseException], ...] = (InterfaceError, TransactionManagementError)
 
-    Cleaning up after a dropped connection fails in its own ways: rolling back the
-    transaction of a connection PostgreSQL closed raises asyncpg's InterfaceError
-    ("the underlying connection is closed"), which says nothing of the outage but
-    its context does. Such an error is the outage too, not a bug of ours.
+
+def dependency_down(err: BaseException) -> bool:
+    """Whether ``err`` is a dependency going away, or was raised because of one.
+
+    Followed: an explicit cause (``raise ... from``), and the context of an error raised
+    while cleaning up after the outage (a failing rollback), which says nothing of the
+    outage itself. Any other error raised while handling an outage is an error of its own.
     """
     seen: set[int] = set()
     current: BaseException | None = err
@@ -158,7 +163,12 @@ def dependency_down(err: BaseException) -> bool:
         if isinstance(current, DEPENDENCY_DOWN):
             return True
         seen.add(id(current))
-        current = current.__cause__ or current.__context__
+        if current.__cause__ is not None:
+            current = current.__cause__
+        elif isinstance(current, _CLEANUP_ERRORS) and not current.__suppress_context__:
+            current = current.__context__
+        else:
+            current = None
     return False
 
 

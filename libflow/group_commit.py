@@ -24,6 +24,8 @@ from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.models import Model
 from tortoise.transactions import in_transaction
 
+from libflow.errors import dependency_down
+
 logger = logging.getLogger("libflow.group_commit")
 
 T = TypeVar("T")
@@ -77,18 +79,32 @@ async def _commit_batch(batch: list[tuple[Write, asyncio.Future[Any]]]) -> None:
             rows.setdefault(type(write), []).append(write)
     try:
         async with in_transaction() as connection:
+            # Rows first: a callable of the batch may refer to them, never the reverse.
             for model, models in rows.items():
                 await model.bulk_create(models, using_db=connection)
             results = [await _run(write, connection) for write, _ in batch]
-    except Exception:
-        # One write failed (a duplicate key, say) and took the batch down with it:
-        # commit each alone, so that only that one fails.
-        for write, future in batch:
-            await _commit_alone(write, future)
+    except Exception as err:
+        failure = err
+    else:
+        for models in rows.values():
+            for row in models:
+                row._saved_in_db = True  # as save() marks it: a later save() updates
+        for (_, future), result in zip(batch, results, strict=True):
+            if not future.done():
+                future.set_result(result)
         return
-    for (_, future), result in zip(batch, results, strict=True):
-        if not future.done():
-            future.set_result(result)
+    if dependency_down(failure):
+        # The database went away, perhaps after taking the COMMIT: whether the batch
+        # committed is unknown, and writing it again could do its writes twice.
+        for _, future in batch:
+            if not future.done():
+                future.set_exception(failure)
+        return
+    # One write failed (a duplicate key, say) and took the batch down with it: commit each
+    # alone, so that only that one fails. (Outside the except block: their own errors are
+    # not chained to the batch's.)
+    for write, future in batch:
+        await _commit_alone(write, future)
 
 
 async def _run(write: Write, connection: BaseDBAsyncClient) -> Any:

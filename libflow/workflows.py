@@ -255,6 +255,11 @@ async def run_version(
         # The record must still say what happened: save it even though we are cancelled.
         await asyncio.shield(recorder.record_end(run.result()))
         raise
+    except Exception:
+        # A bug of the runner: it ended the run as failed (INTERNAL), which the record and
+        # the caller's answer say like any other failure.
+        logger.exception("run %s: the runner failed", recorder.run_id)
+        result = run.result()
     timer.cancel()
     # Shielded too: a client leaving during this save must not leave the run "running".
     return await asyncio.shield(recorder.record_end(result)), result
@@ -276,7 +281,7 @@ class _RunRecorder:
         record_with: RecordWith | None,
     ) -> None:
         self._target = target
-        self._run_id = run_id or new_id()
+        self.run_id = run_id or new_id()
         self._run = run
         self._trigger = trigger
         self._started_at = utcnow()
@@ -288,7 +293,7 @@ class _RunRecorder:
         run = self._run
         return _new_record(
             self._target,
-            self._run_id,
+            self.run_id,
             started_at=self._started_at,
             event=run.event,
             trigger=self._trigger,

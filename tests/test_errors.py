@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from asyncpg.exceptions import ConnectionDoesNotExistError, InterfaceError
-from tortoise.exceptions import DBConnectionError
+from tortoise.exceptions import DBConnectionError, IntegrityError
 
 from libflow.errors import dependency_down
 
@@ -37,6 +37,22 @@ def test_an_explicit_cause_is_followed() -> None:
         raise RuntimeError("could not record the run") from ConnectionRefusedError(111, "refused")
     except RuntimeError as err:
         assert dependency_down(err)
+
+
+def test_another_error_raised_while_handling_an_outage_is_an_error_of_its_own() -> None:
+    # A duplicate key written again after a batch lost its connection is not the outage.
+    err = _raised_while_handling(DBConnectionError("refused"), IntegrityError("duplicate key"))
+    assert not dependency_down(err)
+
+
+def test_a_cleanup_error_that_suppresses_its_context_is_its_own() -> None:
+    try:
+        try:
+            raise DBConnectionError("refused")
+        except DBConnectionError:
+            raise InterfaceError("connection is closed") from None
+    except InterfaceError as err:
+        assert not dependency_down(err)
 
 
 def test_an_error_of_our_own_is_not_a_dependency_down() -> None:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 from tortoise.backends.base.client import BaseDBAsyncClient
-from tortoise.exceptions import IntegrityError
+from tortoise.exceptions import DBConnectionError, IntegrityError
 
 from libflow.group_commit import commit_together, insert_together
 from libflow.ids import new_id
@@ -87,3 +87,25 @@ async def test_every_row_of_a_burst_is_inserted(api: Api, count: int) -> None:
     ids = [new_id() for _ in range(count)]
     await asyncio.gather(*(insert_together(Project(id=i, name="burst")) for i in ids))
     assert await Project.filter(id__in=ids).count() == count
+
+
+async def test_a_batch_that_loses_the_database_is_not_written_again(api: Api) -> None:
+    # Whether a batch committed is unknown when the connection goes: every write of it
+    # gets the outage (503 to an API caller) rather than a second attempt.
+    project_id = new_id()
+    calls = 0
+
+    async def outage(db: BaseDBAsyncClient) -> None:
+        nonlocal calls
+        calls += 1
+        raise DBConnectionError("connection was closed in the middle of operation")
+
+    results = await asyncio.gather(
+        insert_together(Project(id=project_id, name="row")),
+        commit_together(outage),
+        return_exceptions=True,
+    )
+
+    assert all(isinstance(result, DBConnectionError) for result in results)
+    assert calls == 1
+    assert not await Project.exists(id=project_id)  # its transaction was rolled back

@@ -422,6 +422,30 @@ async def test_run_record_of_a_timeout(api: Api) -> None:
     assert run["nodeTimings"]["wait"]["status"] == "cancelled"
 
 
+async def test_a_runner_failure_is_answered_and_recorded_as_an_internal_failure(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A bug of the runner itself (not of a node): the caller gets the runsync shape with
+    # INTERNAL, and the run is recorded as failed, not left to look "running".
+    async def broken_walk(self: object) -> None:
+        raise RuntimeError("a bug in the runner")
+
+    monkeypatch.setattr("libflow.engine.runner.WorkflowRun._walk", broken_walk)
+    created = await create(api, SPEC_EXAMPLE)
+
+    status, body = await runsync(api, created["workflowId"], inputs={"name": "Ada"})
+
+    assert status == 500
+    assert body["success"] is False
+    assert body["statusCode"] == 500
+    assert body["result"]["error"]["code"] == "INTERNAL"
+    assert "RuntimeError" not in str(body)  # no internals in the answer
+    [run] = await runs_of(api, created["workflowId"])
+    assert run["status"] == "failed"
+    assert run["error"]["code"] == "INTERNAL"
+    assert run["finishedDate"] is not None
+
+
 async def test_get_run_of_an_unknown_run_is_404(api: Api) -> None:
     response = await api.client.get(
         f"{API}/projects/{api.project_id}/runs/nosuchrun", headers=api.headers

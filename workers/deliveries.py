@@ -19,10 +19,10 @@ finished its last claim.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import weakref
+from collections.abc import Awaitable
 from datetime import timedelta
 from typing import Any
 
@@ -32,7 +32,7 @@ from tortoise.exceptions import OperationalError
 
 from libflow.engine import InvalidInputs, UnknownEvent
 from libflow.engine.definition import MAX_TIMEOUT_SECONDS
-from libflow.errors import DEPENDENCY_DOWN, NotFound, Unavailable
+from libflow.errors import NotFound, Unavailable, dependency_down
 from libflow.group_commit import commit_together
 from libflow.ids import utcnow
 from libflow.jobs import JobQueue
@@ -52,8 +52,13 @@ INTERRUPTED_AFTER = timedelta(seconds=MAX_TIMEOUT_SECONDS + 60)
 RUNS_AT_ONCE = 64
 WAKE_UP_WINDOW_SECONDS = 0.05
 DRAIN_SECONDS = 60
-# The database or the network went away for a moment: try again later.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (*DEPENDENCY_DOWN, OperationalError, OSError)
+# Besides dependency_down(): the database or the network went away for a moment.
+_TRANSIENT_TYPES: tuple[type[BaseException], ...] = (OperationalError, OSError)
+
+
+def transient(err: BaseException) -> bool:
+    """Whether ``err`` is the database or the network away for a moment: try again later."""
+    return dependency_down(err) or isinstance(err, _TRANSIENT_TYPES)
 
 
 _WOKEN: weakref.WeakKeyDictionary[JobQueue, int] = weakref.WeakKeyDictionary()
@@ -165,7 +170,9 @@ async def deliver_webhooks(ctx: dict[str, Any]) -> None:
                 for task in done:
                     if not task.cancelled() and task.exception() is not None:
                         logger.error("a delivery failed", exc_info=task.exception())
-    except TRANSIENT_ERRORS as err:
+    except Exception as err:
+        if not transient(err):
+            raise
         # The claimed deliveries whose runs had not begun go back to the inbox (or, if the
         # database is still away, the sweep gives them back once stale).
         await asyncio.gather(*running, return_exceptions=True)
@@ -184,14 +191,14 @@ async def _deliver(resources: JobResources, delivery: WebhookDelivery) -> None:
         target = await find_run_target(
             webhook.project_id, webhook.workflow_id, None, resources.reads
         )
-    except TRANSIENT_ERRORS:
-        # If this fails too, the delivery stays claimed: the sweep gives it back once stale.
-        with contextlib.suppress(*TRANSIENT_ERRORS):
-            await _release(delivery.id, delivery.run_id)
-        raise
     except NotFound as gone:  # the workflow has no version to run (cannot happen today)
         await _finish_alone(delivery.id, gone.code, gone.message)
         return
+    except Exception as err:
+        if transient(err):
+            # If this fails too, the delivery stays claimed: the sweep gives it back once stale.
+            await _unless_transient(_release(delivery.id, delivery.run_id))
+        raise
     payload = payload_of(delivery.body)
     if may_hold_unstorable(delivery.body) and holds_unstorable(payload):
         # A run's inputs cannot carry these (PostgreSQL refuses them in JSON), as runsync's
@@ -233,8 +240,18 @@ async def _deliver(resources: JobResources, delivery: WebhookDelivery) -> None:
         # have happened): the delivery says so now rather than when the sweep finds it.
         logger.exception("delivery %s: its run could not be recorded", delivery.id)
         message = f"the run could not be recorded ({type(err).__name__})"
-        with contextlib.suppress(*TRANSIENT_ERRORS):  # else the sweep settles it, as failed
-            await _fail_unrecorded(delivery.id, delivery.run_id, message)
+        # If this fails too, the sweep settles it, as failed.
+        await _unless_transient(_fail_unrecorded(delivery.id, delivery.run_id, message))
+
+
+async def _unless_transient(write: Awaitable[None]) -> None:
+    """Await ``write``; a transient failure of it is left to the sweep."""
+    try:
+        await write
+    except Exception as err:
+        if not transient(err):
+            raise
+        logger.warning("left to the sweep: %r", err)
 
 
 async def _finish(
