@@ -275,6 +275,21 @@ def libflow_server(
     )
 
 
+# The floor's extra routes (bench._floor_app), registered behind every project route.
+FLOOR_RUNSYNC_ROUTE = "/api/publicv1/projects/{projectId}/workflows/{workflowId}/floor"
+FLOOR_GET_FILE_ROUTE = "/api/publicv1/projects/{projectId}/library/floor/{fileId}"
+
+
+def floor_server(
+    port: int, env: Mapping[str, str], log_path: Path, cpu: int, payload: Path | None = None
+) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+    """``python -m bench._floor_app``: libflow's app with routes that do no work."""
+    command = [PYTHON, "-m", "bench._floor_app", "--port", str(port)]
+    if payload is not None:
+        command += ["--payload", str(payload)]
+    return server(command, port=port, env=env, log_path=log_path, cpu=cpu)
+
+
 def request_json(
     method: str,
     url: str,

@@ -18,14 +18,12 @@ from typing import Any
 
 from aiohttp import web
 
+from bench._common import FLOOR_GET_FILE_ROUTE, FLOOR_RUNSYNC_ROUTE
 from libflow.api.bodies import RunSyncBody, parse_body
 from libflow.app import create_app
 from libflow.logs import configure_logging
 from settings import settings_from_env
 
-# Registered last, behind every other project route, as the measured routes are behind most.
-RUNSYNC_ROUTE = "/api/publicv1/projects/{projectId}/workflows/{workflowId}/floor"
-GET_FILE_ROUTE = "/api/publicv1/projects/{projectId}/library/floor/{fileId}"
 PAYLOAD = web.AppKey[dict[str, Any]]("floor_payload")
 
 
@@ -54,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(settings.log_level)
     app = create_app(settings)
     app[PAYLOAD] = json.loads(args.payload.read_text()) if args.payload else {}
-    app.router.add_post(RUNSYNC_ROUTE, runsync)
-    app.router.add_get(GET_FILE_ROUTE, get_file)
+    app.router.add_post(FLOOR_RUNSYNC_ROUTE, runsync)
+    app.router.add_get(FLOOR_GET_FILE_ROUTE, get_file)
     # As run_server.py serves the app.
     web.run_app(
         app,

@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import (
+    FLOOR_GET_FILE_ROUTE,
     LOG_LEVEL,
     PYTHON,
     BenchError,
     Report,
     Result,
     create_project,
+    floor_server,
     free_port,
     libflow_env,
     libflow_server,
@@ -34,7 +36,6 @@ from bench._common import (
     run_alone,
     server,
 )
-from bench._floor_app import GET_FILE_ROUTE
 
 NAME = "get_file"
 SERVER_CPU = 0
@@ -186,25 +187,17 @@ def run() -> Report:
             body = json.dumps(detail).encode()
             payload_path.write_bytes(body)
             path = f"/api/publicv1/projects/{project}/library/files/{detail['id']}"
-            floor_path = GET_FILE_ROUTE.format(projectId=floor_project, fileId=detail["id"])
-            payload = ["--payload", str(payload_path)]
+            floor_path = FLOOR_GET_FILE_ROUTE.format(projectId=floor_project, fileId=detail["id"])
             baseline_cmd = [PYTHON, "-m", "bench._baseline_app", "--port", str(baseline_port)]
-            floor_cmd = [PYTHON, "-m", "bench._floor_app", "--port", str(floor_port)]
             with (
                 server(
-                    [*baseline_cmd, *payload],
+                    [*baseline_cmd, "--payload", str(payload_path)],
                     port=baseline_port,
                     env=env,
                     log_path=work / "baseline.log",
                     cpu=SERVER_CPU,
                 ),
-                server(
-                    [*floor_cmd, *payload],
-                    port=floor_port,
-                    env=floor_env,
-                    log_path=work / "floor.log",
-                    cpu=SERVER_CPU,
-                ),
+                floor_server(floor_port, floor_env, work / "floor.log", SERVER_CPU, payload_path),
             ):
                 targets = [
                     (f"http://127.0.0.1:{baseline_port}{path}", None),

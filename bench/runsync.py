@@ -24,11 +24,13 @@ from typing import Any
 from aiohttp import web
 
 from bench._common import (
+    FLOOR_RUNSYNC_ROUTE,
     LOG_LEVEL,
     PYTHON,
     BenchError,
     Report,
     create_project,
+    floor_server,
     free_port,
     libflow_env,
     libflow_server,
@@ -36,7 +38,6 @@ from bench._common import (
     request_json,
     server,
 )
-from bench._floor_app import RUNSYNC_ROUTE
 from bench.get_file import (
     CONNECTIONS,
     DURATION_SECONDS,
@@ -158,7 +159,7 @@ def run() -> Report:
             baseline_url = f"http://127.0.0.1:{baseline_port}" + ROUTE.format(
                 projectId=project, workflowId=workflow_id
             )
-            floor_url = f"http://127.0.0.1:{floor_port}" + RUNSYNC_ROUTE.format(
+            floor_url = f"http://127.0.0.1:{floor_port}" + FLOOR_RUNSYNC_ROUTE.format(
                 projectId=floor_project, workflowId=workflow_id
             )
             with (
@@ -169,13 +170,7 @@ def run() -> Report:
                     log_path=work / "baseline.log",
                     cpu=SERVER_CPU,
                 ),
-                server(
-                    [PYTHON, "-m", "bench._floor_app", "--port", str(floor_port)],
-                    port=floor_port,
-                    env=floor_env,
-                    log_path=work / "floor.log",
-                    cpu=SERVER_CPU,
-                ),
+                floor_server(floor_port, floor_env, work / "floor.log", SERVER_CPU),
             ):
                 targets = [(baseline_url, None), (floor_url, floor_key), (url, key)]
                 for target, api_key in targets:
