@@ -55,7 +55,7 @@ def test_the_design_example_parses() -> None:
     assert [edge.target for edge in definition.outgoing["start"]] == ["greet"]
     assert [edge.source for edge in definition.incoming["out"]] == ["greet"]
     assert definition.event_names() == ["run"]
-    assert [node.id for node in definition.input_nodes()] == ["who"]
+    assert [node.id for node in definition.input_nodes] == ["who"]
 
 
 def test_defaults_are_applied() -> None:
