@@ -58,6 +58,32 @@ def test_the_design_example_parses() -> None:
     assert [node.id for node in definition.input_nodes] == ["who"]
 
 
+def test_a_run_plan_counts_only_edges_from_nodes_its_event_reaches() -> None:
+    definition = parse_definition(
+        {
+            "nodes": [
+                {"id": "a", "type": "event", "event": "run"},
+                {"id": "b", "type": "event", "event": "other"},
+                {"id": "mid", "type": "set_output", "name": "x", "value": 1},
+                {"id": "end", "type": "set_output", "name": "y", "value": 2},
+            ],
+            "edges": [
+                {"from": "a", "to": "mid"},
+                {"from": "mid", "to": "end"},
+                {"from": "b", "to": "end"},
+            ],
+        }
+    )
+
+    plan = definition.plan("run")
+
+    assert plan is not None
+    assert [node.id for node in plan.starts] == ["a"]
+    assert dict(plan.waiting) == {"a": 0, "mid": 1, "end": 1}  # not b -> end
+    assert definition.plan("run") is plan  # worked out once
+    assert definition.plan("no such event") is None
+
+
 def test_defaults_are_applied() -> None:
     definition = parse_definition(
         with_nodes(
