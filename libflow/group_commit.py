@@ -49,6 +49,10 @@ class GroupCommit:
         A cancelled caller does not take its write back: it commits with its batch.
         """
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        # A caller cancelled meanwhile (a client gone) never reads its write's failure;
+        # marked read here, it is not logged as "never retrieved" (the caller's await
+        # still raises it).
+        future.add_done_callback(_mark_retrieved)
         self._queue.append((write, future))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush())
@@ -67,6 +71,11 @@ class GroupCommit:
                     future.set_exception(err)
             self._queue = []
             raise
+
+
+def _mark_retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 async def _commit_batch(batch: list[tuple[Write, asyncio.Future[Any]]]) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+from typing import Any
 
 import pytest
 from tortoise.backends.base.client import BaseDBAsyncClient
@@ -109,3 +111,31 @@ async def test_a_batch_that_loses_the_database_is_not_written_again(api: Api) ->
     assert all(isinstance(result, DBConnectionError) for result in results)
     assert calls == 1
     assert not await Project.exists(id=project_id)  # its transaction was rolled back
+
+
+async def test_a_cancelled_callers_failed_write_is_not_logged_as_never_retrieved(
+    api: Api,
+) -> None:
+    # A client that leaves cancels its request while its write is queued; the write still
+    # runs with its batch, and if it fails nobody reads the error: asyncio must not log it.
+    loop = asyncio.get_running_loop()
+    unhandled: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: unhandled.append(context))
+    taken = new_id()
+    await Project.create(id=taken, name="first")
+
+    caller = asyncio.create_task(insert_together(Project(id=taken, name="second")))
+    await asyncio.sleep(0)
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    await commit_together(_nothing)  # the next batch: the failed one has ended
+    del caller
+    gc.collect()
+
+    assert unhandled == []
+    assert (await Project.get(id=taken)).name == "first"
+
+
+async def _nothing(db: BaseDBAsyncClient) -> None:
+    return None
