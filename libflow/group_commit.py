@@ -49,14 +49,16 @@ class GroupCommit:
         A cancelled caller does not take its write back: it commits with its batch.
         """
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        # A caller cancelled meanwhile (a client gone) never reads its write's failure;
-        # marked read here, it is not logged as "never retrieved" (the caller's await
-        # still raises it).
-        future.add_done_callback(_mark_retrieved)
         self._queue.append((write, future))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush())
-        return await asyncio.shield(future)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            # The caller left (a client gone) and will never read how its write ended:
+            # a failure is logged here, once, rather than by asyncio as "never retrieved".
+            future.add_done_callback(_report_orphaned_failure)
+            raise
 
     async def _flush(self) -> None:
         batch: list[tuple[Write, asyncio.Future[Any]]] = []
@@ -73,9 +75,9 @@ class GroupCommit:
             raise
 
 
-def _mark_retrieved(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
+def _report_orphaned_failure(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled() and (err := future.exception()) is not None:
+        logger.warning("a write failed after its caller had left: %r", err)
 
 
 async def _commit_batch(batch: list[tuple[Write, asyncio.Future[Any]]]) -> None:
