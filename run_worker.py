@@ -7,8 +7,7 @@ import sys
 
 from libflow.logs import configure_logging
 from settings import SettingsError, settings_from_env
-from workers.settings import worker_settings
-from workers.worker import LibflowWorker, wait_for_redis
+from workers.worker import LibflowWorker, wait_for_redis, worker_settings
 
 
 def main(argv: list[str] | None = None) -> int:

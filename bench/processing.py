@@ -4,8 +4,8 @@
    docx files made here with python-docx; each is created, PUT and finalized, then the
    search route is polled for a phrase only that upload holds. Baseline: the same
    extract + chunk + embed done on a worker thread of this process, on the same files.
-2. extraction pages/s per type with ``workers.extract.extract_text`` against the raw library
-   calls on the same file.
+2. extraction pages/s per type with ``extract_text`` (libflow.library.processing.extract)
+   against the raw library calls on the same file.
 3. embedding chunks/s through ``LocalEmbedder.embed`` against the model's own ``encode``.
 
 Run alone with ``python -m bench.processing``.
@@ -48,10 +48,10 @@ from bench._common import (
     run_alone,
 )
 from bench._text import Prose
+from libflow.library.embeddings.local import LocalEmbedder
+from libflow.library.processing.chunking import chunk_segments
+from libflow.library.processing.extract import Segment, extract_text
 from settings import Settings
-from workers.chunking import chunk_segments
-from workers.embeddings import LocalEmbedder
-from workers.extract import Segment, extract_text
 
 NAME = "processing"
 UPLOADS = 10

@@ -29,9 +29,8 @@ import numpy.typing as npt
 
 from bench._common import Report, Result, percentile, run_alone
 from bench._text import Prose
-from libflow.db import open_database
-from libflow.models import LibraryFile, Project
-from libflow.search import (
+from libflow.db.connection import open_database
+from libflow.library.search import (
     CANDIDATES,
     VectorIndex,
     fuse_rankings,
@@ -39,6 +38,7 @@ from libflow.search import (
     search,
     write_file_index,
 )
+from libflow.models import LibraryFile, Project
 
 NAME = "search"
 SIZES = (10_000, 100_000)

@@ -1,25 +1,54 @@
-"""Background jobs: arq on Redis when it is configured, the server's own loop otherwise."""
+"""Background jobs: arq on Redis when it is configured, the server's own loop otherwise.
+
+Jobs are queued by a name from ``Job``; the functions behind the names live in
+``workers/`` (the one package that may import them), and ``workers.worker`` checks at
+start that every name has its function.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
+from enum import StrEnum
 from typing import Any, Protocol
 
 from arq.connections import ArqRedis, RedisSettings
 from arq.worker import Retry
 from redis.exceptions import RedisError
 
-from libflow.errors import Unavailable, dependency_down
+from libflow.db.outages import dependency_down
+from libflow.errors import Unavailable
 
 logger = logging.getLogger("libflow.jobs")
 
 JobContext = dict[str, Any]
-JobFunction = Callable[..., Awaitable[Any]]
+JobFunction = Callable[..., Coroutine[Any, Any, Any]]
 MAX_TRIES = 5
+
+
+class Job(StrEnum):
+    """Every job a libflow process can queue, by the name its function is registered under."""
+
+    PROCESS_FILE = "process_file"
+    RECOVER_STUCK_FILES = "recover_stuck_files"
+    REMOVE_ABANDONED_UPLOADS = "remove_abandoned_uploads"
+    REEMBED_STALE_CHUNKS = "reembed_stale_chunks"
+    DELIVER_WEBHOOKS = "deliver_webhooks"
+    SWEEP_DELIVERIES = "sweep_deliveries"
+
+
+JobFunctions = Mapping[Job, JobFunction]
+
+
+def check_job_functions(functions: JobFunctions) -> None:
+    """Refuse to start with a job name that has no function, or a function under another name."""
+    missing = [job.value for job in Job if job not in functions]
+    misnamed = [job.value for job, function in functions.items() if function.__name__ != job.value]
+    if missing or misnamed:
+        raise RuntimeError(f"job functions do not match the Job names: {missing=} {misnamed=}")
 
 
 def serialize_job(data: dict[str, Any]) -> bytes:
@@ -41,7 +70,7 @@ def redis_settings(url: str) -> RedisSettings:
 class JobQueue(Protocol):
     """Where the API hands work to workers."""
 
-    async def enqueue(self, job: JobFunction, *args: Any, job_id: str | None = None) -> None:
+    async def enqueue(self, job: Job, *args: Any, job_id: str | None = None) -> None:
         """Queue ``job(ctx, *args)``; raise Unavailable when the queue cannot take it."""
         ...
 
@@ -56,10 +85,10 @@ class ArqJobQueue:
     def __init__(self, pool: ArqRedis) -> None:
         self.pool = pool
 
-    async def enqueue(self, job: JobFunction, *args: Any, job_id: str | None = None) -> None:
-        """Queue by the function's own name, so a rename cannot leave a stale string behind."""
+    async def enqueue(self, job: Job, *args: Any, job_id: str | None = None) -> None:
+        """Queue by name; workers check at start that each name has its function."""
         try:
-            await self.pool.enqueue_job(job.__name__, *args, _job_id=job_id)
+            await self.pool.enqueue_job(job.value, *args, _job_id=job_id)
         except (RedisError, OSError) as err:
             raise Unavailable("the job queue is unavailable, retry later") from err
 
@@ -71,13 +100,14 @@ class ArqJobQueue:
 class InProcessJobQueue:
     """Jobs run as tasks on the server's loop, with arq's retry semantics."""
 
-    def __init__(self, context: JobContext, concurrency: int) -> None:
+    def __init__(self, functions: JobFunctions, context: JobContext, concurrency: int) -> None:
+        self._functions = functions
         self.context = context
         self._slots = asyncio.Semaphore(concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._queued_ids: set[str] = set()
 
-    async def enqueue(self, job: JobFunction, *args: Any, job_id: str | None = None) -> None:
+    async def enqueue(self, job: Job, *args: Any, job_id: str | None = None) -> None:
         """Start the job now; it waits for a free slot.
 
         As with arq, a job whose ``job_id`` is already queued is not queued again.
@@ -86,7 +116,7 @@ class InProcessJobQueue:
             if job_id in self._queued_ids:
                 return
             self._queued_ids.add(job_id)
-        task = asyncio.create_task(self._run(job, args, job_id or job.__name__))
+        task = asyncio.create_task(self._run(self._functions[job], args, job_id or job.value))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

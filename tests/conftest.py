@@ -24,8 +24,7 @@ from libflow.projects import create_api_key, create_project
 from settings import Settings
 from tests.private_redis import PrivateRedis
 from tests.s3server import s3_endpoint  # noqa: F401  (a fixture)
-from workers.settings import worker_settings
-from workers.worker import LibflowWorker
+from workers.worker import LibflowWorker, worker_settings
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

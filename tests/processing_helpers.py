@@ -12,15 +12,14 @@ from typing import Any
 from PIL import Image
 
 from libflow import appkeys
-from libflow.app import job_resources_of
-from libflow.files import finalize_upload
-from libflow.jobs import InProcessJobQueue, JobFunction
+from libflow.jobs import InProcessJobQueue, Job, JobFunction
+from libflow.library.files import finalize_upload
+from libflow.resources import RESOURCES
 from libflow.storage import ObjectInfo, Storage, StorageError
 from tests.conftest import Api, create_record, fixture_bytes, put_bytes, wait_until_processed
 from tests.library_helpers import link
-from workers.context import RESOURCES
-from workers.settings import worker_settings
-from workers.worker import LibflowWorker
+from workers.functions import JOB_FUNCTIONS
+from workers.worker import LibflowWorker, worker_settings
 
 
 def file_type_of(name: str) -> str:
@@ -75,7 +74,7 @@ def job_context(api: Api) -> dict[str, Any]:
     queue = app[appkeys.JOBS]
     if isinstance(queue, InProcessJobQueue):
         return queue.context
-    return {RESOURCES: job_resources_of(app, queue)}
+    return {RESOURCES: app[appkeys.RESOURCES]}
 
 
 @dataclass
@@ -84,9 +83,9 @@ class HeldJobs:
 
     jobs: list[tuple[JobFunction, tuple[Any, ...]]] = field(default_factory=list)
 
-    async def enqueue(self, job: JobFunction, *args: Any, job_id: str | None = None) -> None:
-        """Keep the job."""
-        self.jobs.append((job, args))
+    async def enqueue(self, job: Job, *args: Any, job_id: str | None = None) -> None:
+        """Keep the job: the function its name stands for, to be run by the test."""
+        self.jobs.append((JOB_FUNCTIONS[job], args))
 
     async def check(self) -> None:
         """Always reachable."""

@@ -1,4 +1,4 @@
-"""workers.chunking: size bound, overlap, whole words, pages and order."""
+"""libflow.library.processing.chunking: size bound, overlap, whole words, pages and order."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from workers.chunking import Chunk, chunk_segments, count_tokens
-from workers.extract import Segment, extract_text
+from libflow.library.processing.chunking import Chunk, chunk_segments, count_tokens
+from libflow.library.processing.extract import Segment, extract_text
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

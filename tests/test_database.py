@@ -12,7 +12,7 @@ from pathlib import Path
 from tortoise.context import get_current_context
 from tortoise.migrations.autodetector import MigrationAutodetector
 
-from libflow.db import open_database, tortoise_config
+from libflow.db.connection import open_database, tortoise_config
 from libflow.models import Project
 from tests.conftest import Api, ClientFactory, base_settings, new_project
 
@@ -25,7 +25,9 @@ async def test_migrations_match_the_models(api: Api) -> None:
     config = tortoise_config(api.shape.settings.resolved_database_url)
     detector = MigrationAutodetector(ctx.apps, config["apps"])
     pending = await detector.changes()
-    assert pending == [], "models changed: run `tortoise -c libflow.db.TORTOISE_ORM makemigrations`"
+    assert pending == [], (
+        "models changed: run `tortoise -c libflow.db.connection.TORTOISE_ORM makemigrations`"
+    )
 
 
 async def test_a_restart_keeps_the_data(start_app: ClientFactory, tmp_path: Path) -> None:

@@ -14,16 +14,13 @@ import numpy as np
 import pytest
 from aiohttp.test_utils import unused_port
 
+from libflow.library.embeddings import open_embedder
+from libflow.library.embeddings.interface import EmbeddingError, Vectors
+from libflow.library.embeddings.local import LocalEmbedder
+from libflow.library.embeddings.openai import OpenAIEmbedder
 from settings import Settings, SettingsError
 from tests import openai_server as fake_openai_api
 from tests.openai_server import DIMENSIONS, OpenAIServer, hashed_embedding
-from workers.embeddings import (
-    EmbeddingError,
-    LocalEmbedder,
-    OpenAIEmbedder,
-    Vectors,
-    open_embedder,
-)
 
 ROOT = Path(__file__).resolve().parent.parent
 # The fixture, bound by assignment: an imported name that parameters shadow trips ruff's F811.
@@ -38,7 +35,7 @@ def no_network(event, args):
         raise OSError(f"network used while loading the model: {event} {args}")
 
 sys.addaudithook(no_network)
-from workers.embeddings import LocalEmbedder
+from libflow.library.embeddings.local import LocalEmbedder
 
 async def main():
     embedder = await LocalEmbedder.open()

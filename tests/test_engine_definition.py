@@ -1,4 +1,4 @@
-"""Parsing and validating workflow definitions (libflow.engine.definition)."""
+"""Parsing and validating workflow definitions (libflow.engine.validation, node_fields)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,11 @@ from typing import Any
 
 import pytest
 
-from libflow.engine.definition import (
-    DEFAULT_TIMEOUT_SECONDS,
-    NODE_FIELDS,
-    InvalidWorkflow,
-    parse_definition,
-)
+from libflow.api.errors import STATUS_BY_CODE
+from libflow.engine.definition import DEFAULT_TIMEOUT_SECONDS, InvalidWorkflow
+from libflow.engine.node_fields import NODE_FIELDS
 from libflow.engine.nodes import NODE_HANDLERS
-from libflow.errors import STATUS_BY_CODE
+from libflow.engine.validation import parse_definition
 
 GREETING: dict[str, Any] = {
     "timeoutSeconds": 30,

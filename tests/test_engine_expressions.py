@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from libflow.engine.expressions import render, render_text
-from libflow.engine.sandbox import ExpressionError
+from libflow.engine.render_budget import ExpressionError
 
 CONTEXT: dict[str, Any] = {
     "inputs": {

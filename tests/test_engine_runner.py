@@ -23,7 +23,7 @@ from libflow.engine import (
     run_workflow,
 )
 from libflow.engine.expressions import render
-from libflow.engine.sandbox import ExpressionError
+from libflow.engine.render_budget import ExpressionError
 
 
 class Library:

@@ -1,4 +1,4 @@
-"""workers.extract on real files from LibreOffice, reportlab and zipfile (tests/fixtures)."""
+"""Text extraction on real files from LibreOffice, reportlab and zipfile (tests/fixtures)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.extract import (
+from libflow.library.processing.extract import (
     MAX_TEXT_BYTES,
     Extraction,
     ExtractionError,

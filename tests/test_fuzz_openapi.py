@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from schemathesis import Case, GenerationMode
 
-from libflow.openapi import openapi_document
+from libflow.api.openapi import openapi_document
 from tests.conftest import (
     Api,
     ClientFactory,

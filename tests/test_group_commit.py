@@ -10,7 +10,7 @@ import pytest
 from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.exceptions import DBConnectionError, IntegrityError
 
-from libflow.group_commit import commit_together, insert_together
+from libflow.db.group_commit import commit_together, insert_together
 from libflow.ids import new_id
 from libflow.models import Project
 from tests.conftest import Api

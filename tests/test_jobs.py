@@ -10,8 +10,9 @@ from typing import Any
 from arq.worker import Retry
 
 from libflow.ids import utcnow
-from libflow.jobs import InProcessJobQueue
+from libflow.jobs import InProcessJobQueue, Job
 from libflow.models import LibraryFile
+from libflow.resources import RESOURCES
 from tests.conftest import (
     Api,
     ClientFactory,
@@ -23,8 +24,7 @@ from tests.conftest import (
     wait_until_processed,
 )
 from tests.private_redis import PrivateRedis
-from workers.context import RESOURCES
-from workers.files import remove_abandoned_uploads
+from workers.library import remove_abandoned_uploads
 
 
 async def test_in_process_jobs_retry_like_arq() -> None:
@@ -35,8 +35,8 @@ async def test_in_process_jobs_retry_like_arq() -> None:
         if len(tries) < 3:
             raise Retry(defer=0)
 
-    queue = InProcessJobQueue({}, concurrency=1)
-    await queue.enqueue(flaky, "x")
+    queue = InProcessJobQueue({Job.PROCESS_FILE: flaky}, {}, concurrency=1)
+    await queue.enqueue(Job.PROCESS_FILE, "x")
     await queue.join()
     assert tries == [1, 2, 3]
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from libflow import appkeys
+from libflow.library.search import QueryEmbedder, Vector, VectorIndex
+from libflow.library.search import search as search_index
 from libflow.models import Chunk, LibraryFile, ProcessingStatus
-from libflow.search import QueryEmbedder, Vector, VectorIndex
-from libflow.search import search as search_index
 from tests.conftest import Api, fixture_bytes, wait_until_processed
 from tests.library_helpers import assert_error
 from tests.processing_helpers import (
@@ -21,7 +21,7 @@ from tests.processing_helpers import (
     search,
     thumbnail_image,
 )
-from workers.files import process_file
+from workers.library import process_file
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ from arq.worker import Retry
 
 from libflow import appkeys
 from libflow.ids import utcnow
+from libflow.library.processing.pipeline import _RETRY_TRIES, MAX_ATTEMPTS
 from libflow.models import Chunk, LibraryFile, ProcessingStatus
+from libflow.resources import RESOURCES, Resources
 from tests.conftest import (
     Api,
     ClientFactory,
@@ -29,8 +31,7 @@ from tests.processing_helpers import (
     process_in_order,
     search,
 )
-from workers.context import RESOURCES, JobResources
-from workers.files import _RETRY_TRIES, MAX_ATTEMPTS, process_file, recover_stuck_files
+from workers.library import process_file, recover_stuck_files
 
 DAY = 24 * 3600.0
 
@@ -99,7 +100,7 @@ def install_flaky_storage(api: Api, failures: int) -> tuple[dict[str, object], F
     """Make the in-process jobs' storage break off its first ``failures`` reads."""
     context = job_context(api)
     resources = context[RESOURCES]
-    assert isinstance(resources, JobResources)
+    assert isinstance(resources, Resources)
     flaky = FlakyStorage(resources.storage, failures)
     context[RESOURCES] = replace(resources, storage=flaky)
     return context, flaky

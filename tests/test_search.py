@@ -157,3 +157,25 @@ async def test_a_change_of_embedder_re_embeds_the_index(
     assert chunk.embedder == embedder.name
     hits = await search(api, "a cat sleeping on a mat")
     assert hits and hits[0]["fileId"] == file_id
+
+
+@pytest.mark.usefixtures("semantic_search")
+async def test_re_embedding_finishes_in_one_start_up_however_many_files(
+    start_app: ClientFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A batch of two files a run: five stale files take three runs, all after one start.
+    monkeypatch.setattr("libflow.library.reembed.FILES_PER_RUN", 2)
+    client = await start_app(base_settings(tmp_path, embedder="none"))
+    project_id, key = await new_project()
+    api = Api(client, Shape("keyword-only", client.app[appkeys.SETTINGS]), project_id, key)
+    file_ids = [await upload_text(api, f"Passage number {n} about otters.") for n in range(5)]
+    await client.close()
+
+    client = await start_app(base_settings(tmp_path))
+    api = Api(client, Shape("semantic", client.app[appkeys.SETTINGS]), project_id, key)
+    await api.run_jobs()
+    embedder = client.app[appkeys.EMBEDDER]
+    assert embedder is not None
+    chunks = await Chunk.filter(file_id__in=file_ids)
+    assert len(chunks) == 5
+    assert {chunk.embedder for chunk in chunks} == {embedder.name}

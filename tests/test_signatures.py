@@ -14,8 +14,8 @@ import pytest
 from multidict import CIMultiDict
 from standardwebhooks.webhooks import Webhook
 
-from libflow.errors import STATUS_BY_CODE
-from libflow.signatures import (
+from libflow.api.errors import STATUS_BY_CODE
+from libflow.webhooks.signatures import (
     SCHEMES,
     SIGNATURE_HEADERS,
     TOLERANCE_SECONDS,

@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from workers.thumbnails import MAX_SOURCE_PIXELS, THUMBNAIL_TYPES, ThumbnailError, render_thumbnail
+from libflow.library.processing.thumbnails import (
+    MAX_SOURCE_PIXELS,
+    THUMBNAIL_TYPES,
+    ThumbnailError,
+    render_thumbnail,
+)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

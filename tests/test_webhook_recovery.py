@@ -8,17 +8,17 @@ from datetime import timedelta
 
 from libflow.ids import new_id, utcnow
 from libflow.models import DeliveryStatus, WebhookDelivery, WorkflowRun
+from libflow.webhooks.inbox import (
+    INTERRUPTED_AFTER,
+    WAKE_UP_WINDOW_SECONDS,
+    settle_interrupted_deliveries,
+)
 from tests.conftest import Api, ClientFactory, Shape, new_project
 from tests.processing_helpers import job_context
 from tests.webhook_helpers import create_webhook, deliver, deliveries_of, event_body
 from tests.webhook_helpers import standard_headers as signed
 from tests.workflow_helpers import chain, get_run, output, runs_of
-from workers.deliveries import (
-    INTERRUPTED_AFTER,
-    WAKE_UP_WINDOW_SECONDS,
-    deliver_webhooks,
-    settle_interrupted_deliveries,
-)
+from workers.deliveries import deliver_webhooks
 
 
 def slow(seconds: float) -> dict[str, object]:

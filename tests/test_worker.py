@@ -17,13 +17,19 @@ from arq.constants import default_queue_name, job_key_prefix, result_key_prefix
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from libflow.jobs import MAX_TRIES, ArqJobQueue, deserialize_job, open_arq_pool, serialize_job
+from libflow.jobs import (
+    MAX_TRIES,
+    ArqJobQueue,
+    Job,
+    deserialize_job,
+    open_arq_pool,
+    serialize_job,
+)
 from settings import Settings
 from tests.conftest import base_settings
 from tests.private_redis import PrivateRedis
-from workers.files import process_file, remove_abandoned_uploads
-from workers.settings import shutdown, startup, worker_settings
-from workers.worker import LibflowWorker
+from workers.library import process_file, remove_abandoned_uploads
+from workers.worker import LibflowWorker, shutdown, startup, worker_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,7 +101,9 @@ async def test_worker_gets_our_functions_serializer_and_retries(tmp_path: Path) 
 
 async def test_jobs_are_enqueued_by_name_as_json(tmp_path: Path, redis_url: str) -> None:
     async with open_arq_pool(redis_url) as pool:
-        await ArqJobQueue(pool).enqueue(process_file, "file123", job_id="process_file:file123:0")
+        await ArqJobQueue(pool).enqueue(
+            Job.PROCESS_FILE, "file123", job_id="process_file:file123:0"
+        )
 
     redis: Redis = Redis.from_url(redis_url)
     try:
@@ -117,7 +125,7 @@ async def test_worker_runs_a_json_job_and_stores_a_json_result(
     settings = base_settings(tmp_path, redis_url=redis_url)
     async with open_arq_pool(redis_url) as pool:
         # A file that does not exist: the job has nothing to do and ends well.
-        await ArqJobQueue(pool).enqueue(process_file, "gone", job_id="process_file:gone:0")
+        await ArqJobQueue(pool).enqueue(Job.PROCESS_FILE, "gone", job_id="process_file:gone:0")
 
     worker = _worker(settings)
     await _run_burst(worker)

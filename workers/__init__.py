@@ -1,1 +1,1 @@
-"""libflow's background jobs and the arq worker that runs them."""
+"""The arq worker and libflow's job functions; nothing else (the logic lives in libflow/)."""

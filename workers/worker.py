@@ -1,19 +1,119 @@
-"""The arq worker, made to ride out a Redis outage instead of exiting with it."""
+"""The arq worker: its settings, the resources it opens, and riding out Redis outages.
+
+``worker_settings(settings)`` is what ``run_worker.py`` and the tests give ``arq.Worker``:
+the job functions (checked against the ``Job`` names), the periodic jobs of
+``libflow.schedule``, and a start-up that enters ``open_resources`` as the server does.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
+from contextlib import AsyncExitStack
+from typing import Any
 
-from arq.worker import Worker
+from arq.cron import CronJob, cron
+from arq.worker import Function, Worker, func
 from redis import Redis
 from redis.exceptions import RedisError
+
+from libflow.engine.definition import MAX_TIMEOUT_SECONDS
+from libflow.jobs import (
+    MAX_TRIES,
+    Job,
+    check_job_functions,
+    deserialize_job,
+    redis_settings,
+    serialize_job,
+)
+from libflow.library.processing.pipeline import PROCESS_FILE_TIMEOUT
+from libflow.resources import RESOURCES, open_resources
+from libflow.schedule import PERIODIC_JOBS
+from libflow.webhooks.delivery import DRAIN_SECONDS
+from settings import Settings, settings_from_env
+from workers.functions import JOB_FUNCTIONS
 
 logger = logging.getLogger("libflow.worker")
 
 # How often a worker that lost Redis tries it again.
 REDIS_RETRY_SECONDS = 1.0
+WORKER_POLL_SECONDS = 0.05
+_EXIT_STACK = "exit_stack"
+# arq's time limits, past the defaults, of the jobs that need them.
+_TIMEOUTS: dict[Job, float] = {
+    Job.PROCESS_FILE: PROCESS_FILE_TIMEOUT,
+    # A job stops claiming after DRAIN_SECONDS and its runs time out by themselves after
+    # MAX_TIMEOUT_SECONDS: arq's limit only backs them up.
+    Job.DELIVER_WEBHOOKS: DRAIN_SECONDS + MAX_TIMEOUT_SECONDS + 60,
+}
+
+
+def functions() -> list[Function]:
+    """Every job function under its Job name (a mismatch refuses to start)."""
+    check_job_functions(JOB_FUNCTIONS)
+    found = []
+    for job, function in JOB_FUNCTIONS.items():
+        # Delivery job ids are single-use wake-ups: no result to keep.
+        keep = 0 if job is Job.DELIVER_WEBHOOKS else None
+        found.append(func(function, name=job.value, timeout=_TIMEOUTS.get(job), keep_result=keep))
+    return found
+
+
+def cron_jobs() -> list[CronJob]:
+    """Fresh cron jobs for each worker (arq keeps each one's next run time on the object)."""
+    return [
+        cron(
+            JOB_FUNCTIONS[periodic.job],
+            name=f"cron:{periodic.job.value}",
+            run_at_startup=periodic.at_start,
+            **periodic.cron_fields(),  # type: ignore[arg-type]
+        )
+        for periodic in PERIODIC_JOBS
+    ]
+
+
+async def startup(ctx: dict[str, Any]) -> None:
+    """Open the resources once for every job of this process."""
+    settings: Settings = ctx.get("settings") or settings_from_env()
+    stack = AsyncExitStack()
+    await stack.__aenter__()
+    ctx[_EXIT_STACK] = stack
+    ctx[RESOURCES] = await stack.enter_async_context(open_resources(settings))
+    # As the server does (libflow.app): keep start-up's objects, the embedding model above
+    # all, out of the cyclic GC's full collections, each a pause of every running job.
+    gc.freeze()
+    logger.info("worker ready")
+
+
+async def shutdown(ctx: dict[str, Any]) -> None:
+    """Close what startup opened."""
+    stack: AsyncExitStack | None = ctx.get(_EXIT_STACK)
+    if stack is not None:
+        await stack.aclose()
+    gc.unfreeze()  # as the server does at cleanup: burst workers come and go in tests
+
+
+def worker_settings(settings: Settings) -> dict[str, Any]:
+    """Keyword arguments for ``arq.Worker`` (tests and run_worker.py share them)."""
+    assert settings.redis_url, "the arq worker needs LIBFLOW_REDIS_URL"
+    return {
+        "functions": functions(),
+        "cron_jobs": cron_jobs(),
+        "on_startup": startup,
+        "on_shutdown": shutdown,
+        "redis_settings": redis_settings(settings.redis_url),
+        "job_serializer": serialize_job,
+        "job_deserializer": deserialize_job,
+        "max_tries": MAX_TRIES,
+        # Processing is CPU-bound (extraction, embedding): a few jobs at once per process.
+        "max_jobs": settings.job_concurrency,
+        # arq sleeps this long between polls of the queue (0.5 s by default, which capped
+        # a worker at max_jobs jobs per half second whatever their length).
+        "poll_delay": WORKER_POLL_SECONDS,
+        "ctx": {"settings": settings},
+    }
 
 
 class LibflowWorker(Worker):

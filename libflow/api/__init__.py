@@ -1,1 +1,1 @@
-"""HTTP handlers, one module per area of the API."""
+"""HTTP: handlers by area, auth, request bodies, rendering, errors, and the OpenAPI document."""

@@ -6,7 +6,8 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
-from libflow import appkeys, files, folders, search
+from libflow import appkeys
+from libflow.api.auth import CALLER
 from libflow.api.bodies import (
     CreateFileBody,
     CreateFolderBody,
@@ -14,10 +15,10 @@ from libflow.api.bodies import (
     parse_body,
     query_limit,
 )
-from libflow.api.render import file_detail_json, file_json, folder_json, hit_json
-from libflow.auth import CALLER
+from libflow.api.render import file_detail_json, file_json, folder_json
 from libflow.errors import ValidationFailed
 from libflow.ids import iso
+from libflow.library import files, folders, search
 
 routes = web.RouteTableDef()
 PREFIX = "/api/publicv1/projects/{projectId}/library"
@@ -110,7 +111,7 @@ async def list_files(request: web.Request) -> web.Response:
 async def get_file(request: web.Request) -> web.Response:
     """One file with its processing state."""
     file = await files.get_file(
-        request.app[appkeys.FILE_LOOKUP], _project(request), request.match_info["fileId"]
+        request.app[appkeys.READS], _project(request), request.match_info["fileId"]
     )
     return web.json_response(file_detail_json(file))
 
@@ -120,7 +121,7 @@ async def delete_file(request: web.Request) -> web.Response:
     """Delete a file, its bytes and its thumbnail."""
     await files.delete_file(
         request.app[appkeys.STORAGE],
-        request.app[appkeys.FILE_LOOKUP],
+        request.app[appkeys.READS],
         _project(request),
         request.match_info["fileId"],
     )
@@ -132,7 +133,7 @@ async def download_file(request: web.Request) -> web.Response:
     """Redirect to a short-lived signed URL of the bytes."""
     url = await files.download_url(
         request.app[appkeys.STORAGE],
-        request.app[appkeys.FILE_LOOKUP],
+        request.app[appkeys.READS],
         _project(request),
         request.match_info["fileId"],
         request.app[appkeys.SETTINGS].download_url_ttl_seconds,
@@ -145,7 +146,7 @@ async def download_thumbnail(request: web.Request) -> web.Response:
     """Redirect to a signed URL of the WEBP thumbnail; 404 until one exists."""
     url = await files.thumbnail_url(
         request.app[appkeys.STORAGE],
-        request.app[appkeys.FILE_LOOKUP],
+        request.app[appkeys.READS],
         _project(request),
         request.match_info["fileId"],
         request.app[appkeys.SETTINGS].download_url_ttl_seconds,
@@ -175,4 +176,4 @@ async def search_library(request: web.Request) -> web.Response:
         embedder=request.app[appkeys.EMBEDDER],
         vectors=request.app[appkeys.VECTOR_INDEX],
     )
-    return web.json_response([hit_json(hit) for hit in hits])
+    return web.json_response([hit.to_json() for hit in hits])

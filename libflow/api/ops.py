@@ -11,8 +11,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tortoise.connection import get_connection
 
 from libflow import appkeys
-from libflow.errors import error_response
-from libflow.openapi import openapi_document
+from libflow.api.errors import error_response
+from libflow.api.openapi import openapi_document
 
 routes = web.RouteTableDef()
 logger = logging.getLogger("libflow.ops")

@@ -6,7 +6,6 @@ from typing import Any
 
 from libflow.ids import iso
 from libflow.models import Folder, LibraryFile
-from libflow.search import SearchHit
 
 
 def folder_json(folder: Folder) -> dict[str, Any]:
@@ -52,15 +51,4 @@ def file_detail_json(file: LibraryFile) -> dict[str, Any]:
             "pages": file.pages,
             "chunks": file.chunks,
         },
-    }
-
-
-def hit_json(hit: SearchHit) -> dict[str, Any]:
-    """A search result."""
-    return {
-        "fileId": hit.file_id,
-        "name": hit.name,
-        "chunk": hit.chunk,
-        "score": hit.score,
-        "page": hit.page,
     }

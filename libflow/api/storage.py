@@ -13,7 +13,7 @@ from libflow.errors import (
     PayloadTooLarge,
     ValidationFailed,
 )
-from libflow.filetypes import same_content_type
+from libflow.library.filetypes import same_content_type
 from libflow.storage.local import InvalidKey, LocalStorage, ShortBody
 from libflow.storage.signing import STORAGE_PREFIX, SignatureInvalid, SignedGrant
 

@@ -6,12 +6,12 @@ from typing import Any
 
 from aiohttp import web
 
-from libflow import appkeys, webhooks
+from libflow import appkeys
 from libflow.api.bodies import CreateWebhookBody, parse_body, query_limit
 from libflow.errors import PayloadTooLarge
 from libflow.ids import iso
 from libflow.models import Webhook, WebhookDelivery
-from workers.deliveries import wake_delivery_job
+from libflow.webhooks import inbox, manage
 
 routes = web.RouteTableDef()
 PROJECT = "/api/publicv1/projects/{projectId}"
@@ -64,7 +64,7 @@ def _render(request: web.Request, webhook: Webhook, *, with_secret: bool) -> dic
 async def create_webhook(request: web.Request) -> web.Response:
     """Add a webhook trigger to a workflow; the answer holds its secret."""
     body = await parse_body(request, CreateWebhookBody)
-    webhook = await webhooks.create_webhook(
+    webhook = await manage.create_webhook(
         _project(request), request.match_info["workflowId"], scheme=body.scheme, event=body.event
     )
     return web.json_response(_render(request, webhook, with_secret=True), status=201)
@@ -73,54 +73,52 @@ async def create_webhook(request: web.Request) -> web.Response:
 @routes.get(f"{PROJECT}/workflows/{{workflowId}}/webhooks")
 async def list_webhooks(request: web.Request) -> web.Response:
     """The workflow's webhooks."""
-    found = await webhooks.list_webhooks(_project(request), request.match_info["workflowId"])
+    found = await manage.list_webhooks(_project(request), request.match_info["workflowId"])
     return web.json_response([_render(request, w, with_secret=False) for w in found])
 
 
 @routes.get(WEBHOOK)
 async def get_webhook(request: web.Request) -> web.Response:
     """One webhook."""
-    webhook = await webhooks.get_webhook(_project(request), request.match_info["webhookId"])
+    webhook = await manage.get_webhook(_project(request), request.match_info["webhookId"])
     return web.json_response(_render(request, webhook, with_secret=False))
 
 
 @routes.delete(WEBHOOK)
 async def delete_webhook(request: web.Request) -> web.Response:
     """Stop accepting deliveries (those accepted still run)."""
-    await webhooks.delete_webhook(_project(request), request.match_info["webhookId"])
+    await manage.delete_webhook(_project(request), request.match_info["webhookId"])
     return web.Response(status=204)
 
 
 @routes.post(f"{WEBHOOK}/rotate")
 async def rotate_secret(request: web.Request) -> web.Response:
     """A new secret; the previous one keeps verifying for 24 hours."""
-    webhook = await webhooks.rotate_secret(_project(request), request.match_info["webhookId"])
+    webhook = await manage.rotate_secret(_project(request), request.match_info["webhookId"])
     return web.json_response(_render(request, webhook, with_secret=True))
 
 
 @routes.get(f"{WEBHOOK}/deliveries")
 async def list_deliveries(request: web.Request) -> web.Response:
     """The webhook's latest deliveries, newest first."""
-    limit = query_limit(request, default=100, maximum=webhooks.MAX_DELIVERIES_LISTED)
-    found = await webhooks.list_deliveries(
-        _project(request), request.match_info["webhookId"], limit
-    )
+    limit = query_limit(request, default=100, maximum=inbox.MAX_DELIVERIES_LISTED)
+    found = await inbox.list_deliveries(_project(request), request.match_info["webhookId"], limit)
     return web.json_response([delivery_json(d) for d in found])
 
 
 @routes.post(RECEIVER)
 async def receive(request: web.Request) -> web.Response:
     """Operation 9: verify, commit to the inbox, then queue the run; 200 once committed."""
-    limit = webhooks.MAX_DELIVERY_BYTES
+    limit = inbox.MAX_DELIVERY_BYTES
     if (request.content_length or 0) > limit:
         raise PayloadTooLarge(f"a delivery may hold at most {limit} bytes")
     body = await request.read()  # the app's client_max_size bounds a chunked body too
     if len(body) > limit:
         raise PayloadTooLarge(f"a delivery may hold at most {limit} bytes")
-    delivery = await webhooks.receive_delivery(
-        request.match_info["webhookId"], request.headers, body, request.app[appkeys.INLINE_READS]
+    delivery = await inbox.accept_delivery(
+        request.match_info["webhookId"], request.headers, body, request.app[appkeys.READS]
     )
     if delivery.status == "pending":
         # Redis down: the delivery stays in the inbox and the sweep wakes a job later.
-        await wake_delivery_job(request.app[appkeys.JOBS])
+        await inbox.wake_delivery_job(request.app[appkeys.JOBS])
     return web.json_response({"ok": True})

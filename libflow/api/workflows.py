@@ -6,12 +6,11 @@ from typing import Any
 
 from aiohttp import web
 
-from libflow import appkeys, workflows
+from libflow import appkeys
 from libflow.api.bodies import CreateWorkflowBody, PublishVersionBody, RunSyncBody, parse_body
-from libflow.engine import NodeServices
 from libflow.ids import iso
 from libflow.models import Workflow, WorkflowRun, WorkflowVersion
-from libflow.node_services import node_services
+from libflow.workflows import runs, versions
 
 routes = web.RouteTableDef()
 PROJECT = "/api/publicv1/projects/{projectId}"
@@ -61,7 +60,7 @@ def run_json(run: WorkflowRun) -> dict[str, Any]:
 async def create_workflow(request: web.Request) -> web.Response:
     """Create a workflow and publish its first version."""
     body = await parse_body(request, CreateWorkflowBody)
-    workflow, _ = await workflows.create_workflow(_project(request), body.name, body.definition)
+    workflow, _ = await versions.create_workflow(_project(request), body.name, body.definition)
     return web.json_response(
         {
             "workflowId": workflow.id,
@@ -77,21 +76,21 @@ async def create_workflow(request: web.Request) -> web.Response:
 async def list_workflows(request: web.Request) -> web.Response:
     """The project's workflows, newest first."""
     return web.json_response(
-        [workflow_json(w) for w in await workflows.list_workflows(_project(request))]
+        [workflow_json(w) for w in await versions.list_workflows(_project(request))]
     )
 
 
 @routes.get(f"{PREFIX}/{{workflowId}}")
 async def get_workflow(request: web.Request) -> web.Response:
     """A workflow with its latest definition and every version."""
-    workflow = await workflows.get_workflow(_project(request), request.match_info["workflowId"])
-    versions = await workflows.list_versions(workflow)
-    latest = versions[-1]
+    workflow = await versions.get_workflow(_project(request), request.match_info["workflowId"])
+    found = await versions.list_versions(workflow)
+    latest = found[-1]
     return web.json_response(
         {
             **workflow_json(workflow),
             "definition": latest.definition,
-            "versions": [version_json(v) for v in versions],
+            "versions": [version_json(v) for v in found],
         }
     )
 
@@ -100,7 +99,7 @@ async def get_workflow(request: web.Request) -> web.Response:
 async def publish_version(request: web.Request) -> web.Response:
     """Publish the next immutable version."""
     body = await parse_body(request, PublishVersionBody)
-    version = await workflows.publish_version(
+    version = await versions.publish_version(
         _project(request), request.match_info["workflowId"], body.definition
     )
     return web.json_response(version_json(version), status=201)
@@ -109,28 +108,15 @@ async def publish_version(request: web.Request) -> web.Response:
 @routes.get(f"{PREFIX}/{{workflowId}}/runs")
 async def list_runs(request: web.Request) -> web.Response:
     """The workflow's runs, newest first."""
-    runs = await workflows.list_runs(_project(request), request.match_info["workflowId"])
-    return web.json_response([run_json(r) for r in runs])
+    found_runs = await runs.list_runs(_project(request), request.match_info["workflowId"])
+    return web.json_response([run_json(r) for r in found_runs])
 
 
 @routes.get(f"{PROJECT}/runs/{{runId}}")
 async def get_run(request: web.Request) -> web.Response:
     """One run record."""
-    run = await workflows.get_run(_project(request), request.match_info["runId"])
+    run = await runs.get_run(_project(request), request.match_info["runId"])
     return web.json_response(run_json(run))
-
-
-def run_services(app: web.Application, project_id: str) -> NodeServices:
-    """The node services of a run in this process."""
-    return node_services(
-        project_id,
-        settings=app[appkeys.SETTINGS],
-        http=app[appkeys.HTTP_CLIENT],
-        storage=app[appkeys.STORAGE],
-        embedder=app[appkeys.EMBEDDER],
-        vectors=app[appkeys.VECTOR_INDEX],
-        file_lookup=app[appkeys.FILE_LOOKUP],
-    )
 
 
 @routes.post(f"{PREFIX}/{{workflowId}}/runsync")
@@ -138,17 +124,17 @@ async def run_sync(request: web.Request) -> web.Response:
     """Run a version now and answer with its outputs; the HTTP status is its statusCode."""
     body = await parse_body(request, RunSyncBody)
     project_id = _project(request)
-    target = await workflows.find_run_target(
+    target = await versions.find_run_target(
         project_id,
         request.match_info["workflowId"],
         body.version,
-        request.app[appkeys.INLINE_READS],
+        request.app[appkeys.READS],
     )
-    _, result = await workflows.run_version(
+    _, result = await runs.run_version(
         target,
         event=body.runEvent,
         inputs=body.inputs,
         trigger="api",
-        services=run_services(request.app, project_id),
+        services=request.app[appkeys.RESOURCES].node_services(project_id),
     )
     return web.json_response(result.response_body(), status=result.status_code)

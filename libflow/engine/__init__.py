@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-from libflow.engine.definition import (
-    Edge,
-    InvalidWorkflow,
-    Node,
-    WorkflowDefinition,
-    parse_definition,
-)
+from libflow.engine.definition import Edge, InvalidWorkflow, Node, WorkflowDefinition
 from libflow.engine.nodes import NodeServices
 from libflow.engine.runner import (
     InvalidInputs,
@@ -19,6 +13,7 @@ from libflow.engine.runner import (
     WorkflowRun,
     run_workflow,
 )
+from libflow.engine.validation import parse_definition
 
 __all__ = [
     "Edge",

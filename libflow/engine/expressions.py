@@ -12,14 +12,14 @@ from jinja2 import TemplateError, nodes
 from jinja2.environment import Template, TemplateExpression
 from jinja2.runtime import Undefined
 
-from libflow.engine.sandbox import (
+from libflow.engine.render_budget import (
     ExpressionError,
-    ExpressionSandbox,
     charge,
     guard_template,
     render_budget,
     tick,
 )
+from libflow.engine.sandbox import ExpressionSandbox
 
 MAX_TEXT_CHARS = 1024 * 1024  # the rendered text of one templated string
 MAX_NATIVE_BYTES = 8 * 1024 * 1024  # a native value, measured as JSON would be

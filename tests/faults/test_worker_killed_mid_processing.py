@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 
-from libflow.jobs import ArqJobQueue, open_arq_pool
+from libflow.jobs import ArqJobQueue, Job, open_arq_pool
 from tests.faults.conftest import ServerFactory
 from tests.faults.processes import Server, Worker, http_json, wait_for
 from tests.private_redis import PrivateRedis
-from workers.files import recover_stuck_files
 
 FILES = 8
 FINAL = {"done", "failed"}
@@ -101,7 +100,7 @@ async def test_files_cut_off_by_a_killed_worker_end_done_after_recovery(
         # The recovery cron (every minute, for files idle 20 minutes), run now for files
         # idle 2 seconds.
         async with open_arq_pool(private_redis.url) as pool:
-            await ArqJobQueue(pool).enqueue(recover_stuck_files, 2.0, job_id="recover-now")
+            await ArqJobQueue(pool).enqueue(Job.RECOVER_STUCK_FILES, 2.0, job_id="recover-now")
         final = await asyncio.to_thread(
             wait_for,
             lambda: (

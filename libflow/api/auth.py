@@ -1,0 +1,51 @@
+"""The API-key middleware of ``/api/publicv1``."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from libflow import appkeys
+from libflow.errors import Forbidden, RateLimited, Unauthorized
+from libflow.projects import Caller
+
+API_PREFIX = "/api/publicv1"
+PUBLIC_PATHS = frozenset({f"{API_PREFIX}/openapi.json"})
+
+
+CALLER = web.RequestKey[Caller]("caller")
+
+
+def api_key_from_header(value: str) -> str | None:
+    """The key of ``Authorization: <key>`` or ``Authorization: Bearer <key>``."""
+    value = value.strip()
+    if value[:7].lower() == "bearer ":
+        value = value[7:].strip()
+    return value or None
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def api_key_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Authenticate every ``/api/publicv1`` request, keep keys inside their project and
+    within their rate limit."""
+    path = request.path
+    if not (path == API_PREFIX or path.startswith(API_PREFIX + "/")) or path in PUBLIC_PATHS:
+        return await handler(request)
+    secret = api_key_from_header(request.headers.get("Authorization", ""))
+    if secret is None:
+        raise Unauthorized("missing API key: send it in the Authorization header")
+    caller = await request.app[appkeys.API_KEYS].lookup(secret)
+    if caller is None:
+        raise Unauthorized("unknown or revoked API key")
+    project_id = request.match_info.get("projectId")
+    if project_id is not None and project_id != caller.project_id:
+        raise Forbidden("this API key belongs to another project")
+    wait = await request.app[appkeys.RATE_LIMITER].charge(caller.key_id)
+    if wait > 0:
+        raise RateLimited(wait)
+    request[CALLER] = caller
+    return await handler(request)

@@ -1,0 +1,327 @@
+"""The OpenAPI 3.1 document of the public interface, built from the request models.
+
+This module holds the library, storage and operations routes and assembles the document;
+libflow.openapi_workflows and libflow.openapi_webhooks contribute the rest.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from libflow import __version__
+from libflow.api.bodies import Body, CreateFileBody, CreateFolderBody, FinalizeBody
+from libflow.api.openapi.common import (
+    AUTH_ERRORS,
+    DATE,
+    NULLABLE_STR,
+    PROJECT,
+    STR,
+    body,
+    errors,
+    json_response,
+    limit_param,
+    path_params,
+    ref,
+)
+from libflow.api.openapi.webhooks import WEBHOOK_BODIES, WEBHOOK_SCHEMAS, webhook_operations
+from libflow.api.openapi.workflows import WORKFLOW_BODIES, WORKFLOW_SCHEMAS, workflow_operations
+
+LIB = f"{PROJECT}/library"
+LIBRARY_BODIES: tuple[type[Body], ...] = (CreateFolderBody, CreateFileBody, FinalizeBody)
+
+FOLDER = {
+    "type": "object",
+    "required": ["id", "name", "parent", "createdDate", "updatedDate"],
+    "properties": {
+        "id": STR,
+        "name": STR,
+        "parent": STR,
+        "createdDate": DATE,
+        "updatedDate": DATE,
+    },
+}
+FILE = {
+    "type": "object",
+    "required": ["id", "name", "type", "size", "dir", "createdDate", "updatedDate", "updating"],
+    "properties": {
+        "id": STR,
+        "name": STR,
+        "type": STR,
+        "size": {"type": "integer", "minimum": 0},
+        "dir": STR,
+        "createdDate": DATE,
+        "updatedDate": DATE,
+        "uploaderName": NULLABLE_STR,
+        "uploaderEmail": NULLABLE_STR,
+        "updating": {"type": ["boolean", "null"], "enum": [True, None]},
+    },
+}
+FILE_DETAIL = {
+    "allOf": [
+        {"$ref": "#/components/schemas/LibraryFile"},
+        {
+            "type": "object",
+            "properties": {
+                "path": STR,
+                "mimeType": STR,
+                "searchable": {"type": "boolean"},
+                "thumbnail": {"type": "boolean"},
+                "sha256": NULLABLE_STR,
+                "processing": {
+                    "type": "object",
+                    "properties": {
+                        "status": {"enum": ["pending", "processing", "done", "failed"]},
+                        "error": NULLABLE_STR,
+                        "steps": {"type": "object", "additionalProperties": STR},
+                        "pages": {"type": ["integer", "null"]},
+                        "chunks": {"type": ["integer", "null"]},
+                    },
+                },
+            },
+        },
+    ]
+}
+UPLOAD = {
+    "type": "object",
+    "required": ["documentId", "storageLink", "mimeType", "path", "createdDate", "dir"],
+    "properties": {
+        "documentId": STR,
+        "storageLink": {"type": "string", "format": "uri"},
+        "mimeType": STR,
+        "path": STR,
+        "createdDate": DATE,
+        "dir": STR,
+    },
+}
+SEARCH_HIT = {
+    "type": "object",
+    "required": ["fileId", "name", "chunk", "score", "page"],
+    "properties": {
+        "fileId": STR,
+        "name": STR,
+        "chunk": STR,
+        "score": {"type": "number"},
+        "page": {"type": ["integer", "null"]},
+    },
+}
+
+_REDIRECT = {"description": "redirect to a signed URL", "headers": {"Location": {"schema": STR}}}
+
+
+def _operations() -> dict[str, dict[str, Any]]:
+    project = path_params("projectId")
+    file = path_params("projectId", "fileId")
+    signed = [
+        *path_params("key"),
+        {"name": "expires", "in": "query", "required": True, "schema": {"type": "integer"}},
+        {"name": "ct", "in": "query", "required": True, "schema": STR},
+        {"name": "cd", "in": "query", "required": False, "schema": STR},
+        {"name": "sig", "in": "query", "required": True, "schema": STR},
+    ]
+    return {
+        f"{LIB}/dirs": {
+            "get": {
+                "summary": "List folders",
+                "parameters": project,
+                "responses": {
+                    "200": json_response({"type": "array", "items": ref("Folder")}, "folders"),
+                    **errors(*AUTH_ERRORS),
+                },
+            },
+            "post": {
+                "summary": "Create a folder",
+                "parameters": project,
+                "requestBody": body(CreateFolderBody),
+                "responses": {
+                    "201": json_response(ref("Folder"), "the folder"),
+                    **errors(400, *AUTH_ERRORS, 404),
+                },
+            },
+        },
+        f"{LIB}/files": {
+            "get": {
+                "summary": "List files, newest first",
+                "parameters": [
+                    *project,
+                    {"name": "dir", "in": "query", "required": False, "schema": STR},
+                    limit_param(1000),
+                    {"name": "cursor", "in": "query", "required": False, "schema": STR},
+                ],
+                "responses": {
+                    "200": {
+                        **json_response({"type": "array", "items": ref("LibraryFile")}, "files"),
+                        "headers": {"Link": {"schema": STR, "description": 'rel="next"'}},
+                    },
+                    **errors(400, *AUTH_ERRORS, 404),
+                },
+            },
+            "post": {
+                "summary": "Create a file record and a signed upload URL",
+                "parameters": project,
+                "requestBody": body(CreateFileBody),
+                "responses": {
+                    "201": json_response(ref("UploadCreated"), "the record and its storageLink"),
+                    **errors(400, *AUTH_ERRORS, 404),
+                },
+            },
+        },
+        f"{LIB}/files:complete": {
+            "post": {
+                "summary": "Finalize an upload",
+                "parameters": project,
+                "requestBody": body(FinalizeBody),
+                "responses": {
+                    "200": json_response(ref("LibraryFileDetail"), "the finalized record"),
+                    **errors(400, *AUTH_ERRORS, 404, 409, 503),
+                },
+            },
+        },
+        f"{LIB}/files/{{fileId}}": {
+            "get": {
+                "summary": "Get one file",
+                "parameters": file,
+                "responses": {
+                    "200": json_response(ref("LibraryFileDetail"), "the file"),
+                    **errors(*AUTH_ERRORS, 404),
+                },
+            },
+            "delete": {
+                "summary": "Delete a file, its bytes and thumbnail",
+                "parameters": file,
+                "responses": {"204": {"description": "deleted"}, **errors(*AUTH_ERRORS, 404)},
+            },
+        },
+        f"{LIB}/files/{{fileId}}/download": {
+            "get": {
+                "summary": "Download a file (302 to a signed URL)",
+                "parameters": file,
+                "responses": {"302": _REDIRECT, **errors(*AUTH_ERRORS, 404, 409)},
+            },
+        },
+        f"{LIB}/files/{{fileId}}/thumbnail": {
+            "get": {
+                "summary": "The file's thumbnail (302 to a signed URL)",
+                "parameters": file,
+                "responses": {"302": _REDIRECT, **errors(*AUTH_ERRORS, 404)},
+            },
+        },
+        f"{LIB}/search": {
+            "get": {
+                "summary": "Hybrid keyword and semantic search over the project's documents",
+                "parameters": [
+                    *project,
+                    {"name": "q", "in": "query", "required": True, "schema": STR},
+                    limit_param(100),
+                    {"name": "dir", "in": "query", "required": False, "schema": STR},
+                ],
+                "responses": {
+                    "200": json_response(
+                        {"type": "array", "items": ref("SearchHit")}, "best first"
+                    ),
+                    **errors(400, *AUTH_ERRORS, 404),
+                },
+            },
+        },
+        **workflow_operations(),
+        **webhook_operations(),
+        "/storage/{key}": {
+            "put": {
+                "summary": "Upload bytes to a signed storageLink (local storage backend)",
+                "security": [],
+                "parameters": signed,
+                "requestBody": {
+                    "required": True,
+                    "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
+                },
+                "responses": {
+                    "200": {"description": "stored"},
+                    **errors(400, 403, 411, 413),
+                },
+            },
+            "get": {
+                "summary": "Download from a signed URL (local storage backend)",
+                "security": [],
+                "parameters": signed,
+                "responses": {
+                    "200": {"description": "the bytes"},
+                    "206": {"description": "a range of the bytes"},
+                    **errors(403, 404),
+                },
+            },
+        },
+        "/healthz": {
+            "get": {
+                "summary": "Liveness",
+                "security": [],
+                "responses": {"200": json_response({"type": "object"}, "up")},
+            }
+        },
+        "/readyz": {
+            "get": {
+                "summary": "Readiness: database, storage, Redis",
+                "security": [],
+                "responses": {
+                    "200": json_response({"type": "object"}, "ready"),
+                    **errors(503),
+                },
+            }
+        },
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus metrics",
+                "security": [],
+                "responses": {
+                    "200": {"description": "metrics", "content": {"text/plain": {"schema": STR}}}
+                },
+            }
+        },
+        "/api/publicv1/openapi.json": {
+            "get": {
+                "summary": "This document",
+                "security": [],
+                "responses": {"200": json_response({"type": "object"}, "OpenAPI 3.1")},
+            }
+        },
+    }
+
+
+@cache
+def openapi_document(server_url: str) -> dict[str, Any]:
+    """The whole document; cached because it only changes with the code."""
+    schemas: dict[str, Any] = {
+        "Error": {
+            "type": "object",
+            "required": ["error", "message"],
+            "properties": {"error": STR, "message": STR, "details": {}},
+        },
+        "Folder": FOLDER,
+        "LibraryFile": FILE,
+        "LibraryFileDetail": FILE_DETAIL,
+        "UploadCreated": UPLOAD,
+        "SearchHit": SEARCH_HIT,
+        **WORKFLOW_SCHEMAS,
+        **WEBHOOK_SCHEMAS,
+    }
+    for model in (*LIBRARY_BODIES, *WORKFLOW_BODIES, *WEBHOOK_BODIES):
+        schemas[model.__name__] = model.model_json_schema(
+            ref_template="#/components/schemas/{model}"
+        )
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "libflow", "version": __version__},
+        "servers": [{"url": server_url}],
+        "security": [{"apiKey": []}],
+        "paths": _operations(),
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {
+                "apiKey": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "Authorization",
+                    "description": "The API key, alone or after 'Bearer '",
+                }
+            },
+        },
+    }

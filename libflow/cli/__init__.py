@@ -1,0 +1,112 @@
+"""The ``libflow`` command's parser and entry point; admin and public_api hold the commands."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+
+import aiohttp
+
+from libflow.cli.admin import keys_create, keys_list, keys_revoke, projects_create
+from libflow.cli.output import CliError
+from libflow.cli.public_api import upload, webhooks_create, workflows_push
+from libflow.webhooks.signatures import SCHEMES
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(prog="libflow", description="libflow admin and client")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    projects = sub.add_parser("projects", help="manage projects").add_subparsers(
+        dest="action", required=True
+    )
+    p = projects.add_parser("create", help="create a project and its first API key")
+    p.add_argument("name")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(run=projects_create)
+
+    keys = sub.add_parser("keys", help="manage API keys").add_subparsers(
+        dest="action", required=True
+    )
+    k = keys.add_parser("create", help="create an API key for a project")
+    k.add_argument("project", help="project id")
+    k.add_argument("--name", default="default", help="uploader name recorded on files")
+    k.add_argument("--email", help="uploader email recorded on files")
+    k.add_argument("--json", action="store_true")
+    k.set_defaults(run=keys_create)
+    k = keys.add_parser("revoke", help="revoke an API key")
+    k.add_argument("key_id")
+    k.add_argument("--json", action="store_true")
+    k.set_defaults(run=keys_revoke)
+    k = keys.add_parser("list", help="list a project's API keys")
+    k.add_argument("project")
+    k.add_argument("--json", action="store_true")
+    k.set_defaults(run=keys_list)
+
+    u = sub.add_parser("upload", help="upload files through the public API")
+    u.add_argument("project", help="project id")
+    u.add_argument("files", nargs="+", metavar="FILE")
+    u.add_argument("--dir", default="root", help="folder id (default root)")
+    u.add_argument("--url", default=os.environ.get("LIBFLOW_URL", "http://127.0.0.1:8080"))
+    u.add_argument("--api-key", default=os.environ.get("LIBFLOW_API_KEY"))
+    u.add_argument("--json", action="store_true")
+    u.set_defaults(run=upload)
+
+    workflows = sub.add_parser("workflows", help="manage workflows through the public API")
+    w = workflows.add_subparsers(dest="action", required=True).add_parser(
+        "push",
+        help="create a workflow from a JSON file, or publish it as a new version",
+        description='FILE holds a definition, or {"name": ..., "definition": ...}. '
+        "Without --workflow a workflow is created (named by --name, the file's name or "
+        "its stem); with --workflow the file becomes that workflow's next version.",
+    )
+    w.add_argument("project", help="project id")
+    w.add_argument("file", metavar="FILE.json")
+    w.add_argument("--workflow", metavar="ID", help="publish a new version of this workflow")
+    w.add_argument("--name", help="name of the new workflow (default: from the file)")
+    w.add_argument("--url", default=os.environ.get("LIBFLOW_URL", "http://127.0.0.1:8080"))
+    w.add_argument("--api-key", default=os.environ.get("LIBFLOW_API_KEY"))
+    w.add_argument("--json", action="store_true", help="print {workflowId, version} as JSON")
+    w.set_defaults(run=workflows_push)
+
+    webhooks = sub.add_parser("webhooks", help="manage webhooks through the public API")
+    h = webhooks.add_subparsers(dest="action", required=True).add_parser(
+        "create",
+        help="add a webhook to a workflow; print its URL and its secret (shown once)",
+        description="Add a webhook to WORKFLOW_ID; deliveries POSTed to its URL, signed with "
+        "its secret in the scheme's format, run the workflow from its event node. The secret "
+        "is shown once, now: the API never shows it again (rotating it through the API "
+        "makes a new one).",
+    )
+    h.add_argument("project", help="project id")
+    h.add_argument("workflow_id", metavar="WORKFLOW_ID", help="workflow id")
+    h.add_argument(
+        "--scheme", choices=SCHEMES, help="how deliveries are signed (server default: standard)"
+    )
+    h.add_argument(
+        "--event", metavar="NAME", help="event node the deliveries start (server default: webhook)"
+    )
+    h.add_argument("--url", default=os.environ.get("LIBFLOW_URL", "http://127.0.0.1:8080"))
+    h.add_argument("--api-key", default=os.environ.get("LIBFLOW_API_KEY"))
+    h.add_argument(
+        "--json", action="store_true", help="print the API's webhook record (with its secret)"
+    )
+    h.set_defaults(run=webhooks_create)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``libflow`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        asyncio.run(args.run(args))
+    except CliError as err:
+        print(f"libflow: {err}", file=sys.stderr)
+        return 1
+    except aiohttp.ClientError as err:
+        print(f"libflow: cannot reach the server: {err}", file=sys.stderr)
+        return 1
+    return 0

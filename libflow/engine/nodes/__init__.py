@@ -1,0 +1,48 @@
+"""What each node type does when a run reaches it: one module per node family, and dispatch."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+from libflow.engine.definition import Node
+from libflow.engine.nodes import flow, http, library, text
+from libflow.engine.nodes.state import NodeFailure, NodeServices, RunState
+from libflow.errors import LibflowError
+
+__all__ = ["INSTANT_TYPES", "NODE_HANDLERS", "NodeFailure", "NodeServices", "RunState", "run_node"]
+
+logger = logging.getLogger("libflow.engine")
+
+NodeHandler = Callable[[Node, RunState], Awaitable[dict[str, Any]]]
+NODE_HANDLERS: Final[Mapping[str, NodeHandler]] = {
+    "event": flow.run_event,
+    "input": flow.run_input,
+    "set_output": flow.run_set_output,
+    "template": text.run_template,
+    "condition": flow.run_condition,
+    "http_request": http.run_http_request,
+    "library_search": library.run_library_search,
+    "library_file_text": library.run_library_file_text,
+    "delay": flow.run_delay,
+    "respond": flow.run_respond,
+    "fail": flow.run_fail,
+}
+# These never wait on anything: the runner runs them inline instead of in a task of their own.
+INSTANT_TYPES: Final = frozenset(
+    {"event", "input", "set_output", "template", "condition", "respond", "fail"}
+)
+
+
+async def run_node(node: Node, state: RunState) -> dict[str, Any]:
+    """Run one node; every failure of its own becomes a NodeFailure."""
+    try:
+        return await NODE_HANDLERS[node.type](node, state)
+    except NodeFailure:
+        raise
+    except LibflowError as err:
+        raise NodeFailure(err.message) from err
+    except Exception as err:
+        logger.exception("node %s (%s) crashed", node.id, node.type)
+        raise NodeFailure(f"internal error in a {node.type} node") from err

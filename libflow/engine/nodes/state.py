@@ -1,0 +1,94 @@
+"""What every node sees: the run's state, the services it may reach, and its fields rendered."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from libflow.engine.definition import Node
+from libflow.engine.expressions import render
+from libflow.engine.render_budget import ExpressionError
+
+SearchLibrary = Callable[[str, int], Awaitable[list[dict[str, Any]]]]
+FileText = Callable[[str], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeServices:
+    """What nodes may reach outside the run; the caller scopes the library to one project."""
+
+    http: aiohttp.ClientSession
+    allow_private_addresses: bool
+    search_library: SearchLibrary
+    file_text: FileText
+
+
+class NodeFailure(Exception):
+    """A node could not do its work; the run fails with ``status_code``."""
+
+    def __init__(self, message: str, *, status_code: int = 500) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status_code = status_code
+        self.node_id: str | None = None  # set by the runner
+
+
+@dataclass(slots=True)
+class RunState:
+    """What nodes read and write during one run."""
+
+    event: str
+    inputs: dict[str, Any]
+    services: NodeServices
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    status_code: int = 200
+
+    def expression_context(self) -> dict[str, Any]:
+        """The names expressions see: inputs, nodes (results so far) and event."""
+        return {"inputs": self.inputs, "nodes": self.results, "event": self.event}
+
+
+def field_value(node: Node, state: RunState, name: str) -> Any:
+    """A field of the node with its expressions rendered."""
+    try:
+        return render(node.config[name], state.expression_context())
+    except ExpressionError as err:
+        raise NodeFailure(f"field '{name}': {err}") from None
+
+
+def text_field(node: Node, state: RunState, name: str) -> str:
+    """A rendered field as text (a native non-string value is written as JSON)."""
+    value = field_value(node, state, name)
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def int_field(node: Node, state: RunState, name: str, low: int, high: int) -> int:
+    """A rendered field that must be an integer within [low, high]."""
+    value = field_value(node, state, name)
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = int(value.strip())
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise NodeFailure(f"field '{name}' must be an integer from {low} to {high}, not {value!r}")
+    return value
+
+
+def number_field(node: Node, state: RunState, name: str, low: float, high: float) -> float:
+    """A rendered field that must be a number within [low, high]."""
+    value = field_value(node, state, name)
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = float(value.strip())
+    if not isinstance(value, int | float) or isinstance(value, bool) or not low <= value <= high:
+        raise NodeFailure(
+            f"field '{name}' must be a number from {low:g} to {high:g}, not {value!r}"
+        )
+    return float(value)

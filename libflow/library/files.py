@@ -1,0 +1,274 @@
+"""Library files: create a record, finalize its upload, list, fetch, link and delete."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import tempfile
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from tortoise.expressions import Q
+
+from libflow.db.fast_reads import FastReads
+from libflow.errors import (
+    ContentTypeMismatch,
+    EmptyUpload,
+    NotFound,
+    NotReady,
+    Unavailable,
+    UploadIncomplete,
+    ValidationFailed,
+)
+from libflow.ids import iso, new_id, possible_id, utcnow
+from libflow.jobs import Job, JobQueue
+from libflow.library.filetypes import (
+    DOCUMENT_TYPES,
+    MIME_TYPES,
+    normalize_file_type,
+    same_content_type,
+)
+from libflow.library.folders import find_folder
+from libflow.library.processing.extract import ExtractionError, extract_text
+from libflow.library.search import remove_file_index
+from libflow.models import LibraryFile, ProcessingStatus
+from libflow.storage import Storage, StorageError
+from libflow.storage.keys import DOCUMENT_KEY, document_key
+
+logger = logging.getLogger("libflow.files")
+
+ABANDONED_AFTER = timedelta(hours=24)
+
+
+async def create_file_record(
+    storage: Storage,
+    *,
+    project_id: str,
+    name: str,
+    file_type: str,
+    folder_id: str,
+    uploader_name: str | None,
+    uploader_email: str | None,
+    url_ttl: int,
+) -> tuple[LibraryFile, str]:
+    """A new record (``updating``, size 0) and the signed URL its bytes go to."""
+    file_type = normalize_file_type(file_type)
+    folder = await find_folder(project_id, folder_id)
+    file_id = new_id()
+    key = document_key(project_id, file_id, file_type)
+    mime_type = MIME_TYPES[file_type]
+    upload_url = await storage.upload_url(key, mime_type, url_ttl)
+    file = await LibraryFile.create(
+        id=file_id,
+        project_id=project_id,
+        folder=folder,
+        name=name,
+        file_type=file_type,
+        mime_type=mime_type,
+        storage_key=key,
+        uploader_name=uploader_name,
+        uploader_email=uploader_email,
+    )
+    return file, upload_url
+
+
+async def _file_at_path(project_id: str, path: str) -> LibraryFile:
+    match = DOCUMENT_KEY.fullmatch(path)
+    if match is None:
+        raise ValidationFailed(
+            "path must be the value returned when the record was created",
+            details=[{"field": "path", "problem": "not a libraryDocuments path"}],
+        )
+    if match.group(1) != project_id:
+        raise NotFound(f"no file at path {path!r} in this project")
+    file = await LibraryFile.get_or_none(storage_key=path, project_id=project_id)
+    if file is None:
+        raise NotFound(f"no file at path {path!r} in this project")
+    return file
+
+
+async def finalize_upload(
+    storage: Storage, jobs: JobQueue, *, project_id: str, path: str, prevent_search: bool
+) -> LibraryFile:
+    """Check the stored bytes, record their size, and queue processing exactly once."""
+    file = await _file_at_path(project_id, path)
+    if file.finalized_at is not None and file.status != ProcessingStatus.FAILED:
+        return file  # already finalized: idempotent
+    try:
+        info = await storage.head(file.storage_key)
+    except StorageError as err:
+        raise Unavailable("storage is unavailable, retry later") from err
+    if info is None:
+        raise UploadIncomplete("no bytes were uploaded for this file yet: PUT them to storageLink")
+    if info.size == 0:
+        raise EmptyUpload("the uploaded file is empty")
+    if not same_content_type(info.content_type, file.mime_type):
+        raise ContentTypeMismatch(
+            f"the bytes were uploaded as {info.content_type!r}, not {file.mime_type!r}: "
+            "PUT them again with the mimeType returned at creation"
+        )
+    now = utcnow()
+    changes: dict[str, Any] = {
+        "finalized_at": now,
+        "size": info.size,
+        "prevent_search": prevent_search,
+        "status": ProcessingStatus.PENDING,
+        "error": None,
+        "updating": True,
+        "steps": {"queued": iso(now)},
+        "updated_at": now,
+    }
+    # A conditional update claims the transition, so concurrent calls enqueue once.
+    if file.finalized_at is None:
+        claimed = await LibraryFile.filter(id=file.id, finalized_at=None).update(**changes)
+        previous: dict[str, Any] = {"finalized_at": None, "status": ProcessingStatus.PENDING}
+    else:
+        claimed = await LibraryFile.filter(id=file.id, status=ProcessingStatus.FAILED).update(
+            **changes
+        )
+        previous = {"status": ProcessingStatus.FAILED, "error": file.error, "updating": False}
+    if claimed:
+        try:
+            await jobs.enqueue(
+                Job.PROCESS_FILE, file.id, job_id=f"process_file:{file.id}:{file.attempts}"
+            )
+        except Unavailable:
+            await LibraryFile.filter(id=file.id).update(**previous)
+            raise
+    return await LibraryFile.get(id=file.id)
+
+
+def _encode_cursor(file: LibraryFile) -> str:
+    raw = f"{file.created_at.isoformat()}|{file.id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        created, file_id = raw.split("|", 1)
+        moment = datetime.fromisoformat(created)
+        if moment.tzinfo is None:
+            raise ValueError("a cursor this API wrote carries a time zone")
+        if not possible_id(file_id):
+            raise ValueError("a cursor this API wrote ends with a file id")
+        return moment, file_id
+    except (ValueError, binascii.Error, UnicodeDecodeError) as err:
+        raise ValidationFailed(
+            "cursor is not one this API returned",
+            details=[{"field": "cursor", "problem": "malformed"}],
+        ) from err
+
+
+async def list_files(
+    project_id: str, *, folder_id: str | None, limit: int, cursor: str | None
+) -> tuple[list[LibraryFile], str | None]:
+    """One page of files, newest first, and the cursor of the next page if there is one."""
+    query = LibraryFile.filter(project_id=project_id)
+    if folder_id is not None:
+        folder = await find_folder(project_id, folder_id)
+        query = query.filter(folder_id=folder.id if folder else None)
+    if cursor:
+        created, last_id = _decode_cursor(cursor)
+        query = query.filter(Q(created_at__lt=created) | Q(created_at=created, id__lt=last_id))
+    files = await query.order_by("-created_at", "-id").limit(limit + 1)
+    if len(files) > limit:
+        return files[:limit], _encode_cursor(files[limit - 1])
+    return files, None
+
+
+async def get_file(reads: FastReads, project_id: str, file_id: str) -> LibraryFile:
+    """One file of the project."""
+    file = await reads.file(project_id, file_id)
+    if file is None:
+        raise NotFound(f"file {file_id!r} not found")
+    return file
+
+
+async def download_url(
+    storage: Storage, reads: FastReads, project_id: str, file_id: str, ttl: int
+) -> str:
+    """A signed URL serving the file's bytes under its original name."""
+    file = await get_file(reads, project_id, file_id)
+    if file.finalized_at is None:
+        raise NotReady("the upload of this file is not finalized yet")
+    return await storage.download_url(
+        file.storage_key, filename=file.name, content_type=file.mime_type, expires_in=ttl
+    )
+
+
+async def thumbnail_url(
+    storage: Storage, reads: FastReads, project_id: str, file_id: str, ttl: int
+) -> str:
+    """A signed URL of the file's WEBP thumbnail."""
+    file = await get_file(reads, project_id, file_id)
+    if file.thumbnail_key is None:
+        raise NotFound("this file has no thumbnail (yet)")
+    stem = file.name.rsplit(".", 1)[0] or "thumbnail"
+    return await storage.download_url(
+        file.thumbnail_key,
+        filename=f"{stem}.webp",
+        content_type="image/webp",
+        expires_in=ttl,
+        inline=True,
+    )
+
+
+async def delete_file(storage: Storage, reads: FastReads, project_id: str, file_id: str) -> None:
+    """Remove the record first (the source of truth), then its bytes and thumbnail."""
+    file = await get_file(reads, project_id, file_id)
+    await remove_file_index(file.id, project_id)
+    await file.delete()
+    for key in (file.storage_key, file.thumbnail_key):
+        if key is None:
+            continue
+        try:
+            await storage.delete(key)
+        except StorageError:
+            logger.warning("could not delete object %s of deleted file %s", key, file_id)
+
+
+MAX_FILE_TEXT_CHARS = 1_000_000
+
+
+async def file_text(
+    storage: Storage, reads: FastReads, project_id: str, file_id: str
+) -> dict[str, Any]:
+    """The whole text of a processed document: ``{text, name, type}`` (workflow nodes)."""
+    file = await get_file(reads, project_id, file_id)
+    if file.file_type not in DOCUMENT_TYPES:
+        raise ValidationFailed(f"file {file_id!r} is a {file.mime_type}, not a text document")
+    if file.finalized_at is None:
+        raise NotReady("the upload of this file is not finalized yet")
+    with tempfile.TemporaryDirectory(prefix="libflow-text-") as tmp:
+        local = Path(tmp) / f"object.{file.file_type}"
+        out = await asyncio.to_thread(local.open, "wb")
+        try:
+            async for chunk in storage.read(file.storage_key):
+                await asyncio.to_thread(out.write, chunk)
+        finally:
+            out.close()
+        try:
+            extraction = await asyncio.to_thread(extract_text, local, file.file_type)
+        except ExtractionError as err:
+            raise ValidationFailed(f"the text of {file.name!r} cannot be read: {err}") from err
+    text = "\n\n".join(s.text for s in extraction.segments if s.text.strip())
+    return {"text": text[:MAX_FILE_TEXT_CHARS], "name": file.name, "type": file.mime_type}
+
+
+async def remove_abandoned_uploads(storage: Storage) -> int:
+    """Delete records whose upload was never finalized within 24 hours, and their bytes."""
+    cutoff = utcnow() - ABANDONED_AFTER
+    abandoned = await LibraryFile.filter(finalized_at=None, created_at__lt=cutoff)
+    for file in abandoned:
+        await file.delete()
+        try:
+            await storage.delete(file.storage_key)
+        except StorageError:
+            logger.warning("could not delete the object of abandoned file %s", file.id)
+    if abandoned:
+        logger.info("removed %d abandoned uploads", len(abandoned))
+    return len(abandoned)

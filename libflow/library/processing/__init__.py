@@ -1,0 +1,1 @@
+"""Processing a file: extract its text, chunk it, render its thumbnail (CPU-bound, off the loop)."""

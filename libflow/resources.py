@@ -1,0 +1,121 @@
+"""``open_resources(settings)``: what a libflow process opens once, for the app and the worker.
+
+The server's cleanup context and the worker's start-up both enter it, so the two shapes
+open the same database, storage, job queue, HTTP session and embedder the same way. Jobs
+find the resources in their context under ``RESOURCES`` (``job_resources(ctx)``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import ClientSession, ClientTimeout
+
+from libflow.db.connection import open_database
+from libflow.db.fast_reads import FastReads
+from libflow.engine import NodeServices
+from libflow.jobs import (
+    ArqJobQueue,
+    InProcessJobQueue,
+    JobFunctions,
+    JobQueue,
+    check_job_functions,
+    open_arq_pool,
+)
+from libflow.library.embeddings import open_embedder
+from libflow.library.embeddings.interface import Embedder
+from libflow.library.search import VectorIndex
+from libflow.storage import Storage
+from libflow.storage.factory import open_storage
+from libflow.workflows.run_services import run_services
+from settings import Settings
+
+RESOURCES = "libflow"
+# How long a stopping server lets its in-process jobs finish before cancelling them.
+SHUTDOWN_GRACE_SECONDS = 10
+HTTP_TIMEOUT_SECONDS = 30
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """The process-wide clients that handlers and jobs use."""
+
+    settings: Settings
+    storage: Storage
+    embedder: Embedder | None
+    jobs: JobQueue
+    http: ClientSession
+    vectors: VectorIndex
+    reads: FastReads
+
+    def node_services(self, project_id: str) -> NodeServices:
+        """What the nodes of a workflow run of ``project_id`` may reach."""
+        return run_services(
+            project_id,
+            settings=self.settings,
+            http=self.http,
+            storage=self.storage,
+            embedder=self.embedder,
+            vectors=self.vectors,
+            reads=self.reads,
+        )
+
+
+@asynccontextmanager
+async def open_resources(
+    settings: Settings, *, job_functions: JobFunctions | None = None
+) -> AsyncIterator[Resources]:
+    """Open everything once; close it in reverse order on exit.
+
+    Jobs go to Redis when ``settings.redis_url`` is set; otherwise they run in this
+    process, which then needs ``job_functions`` (only ``workers/`` knows them).
+    """
+    async with AsyncExitStack() as stack:
+        await stack.enter_async_context(open_database(settings.resolved_database_url))
+        reads = FastReads(settings.resolved_database_url)
+        stack.callback(reads.close)
+        storage = await stack.enter_async_context(open_storage(settings))
+        embedder = await stack.enter_async_context(open_embedder(settings))
+        http = await stack.enter_async_context(
+            ClientSession(timeout=ClientTimeout(total=HTTP_TIMEOUT_SECONDS))
+        )
+        in_process: InProcessJobQueue | None = None
+        jobs: JobQueue
+        if settings.redis_url:
+            jobs = ArqJobQueue(await stack.enter_async_context(open_arq_pool(settings.redis_url)))
+        else:
+            if job_functions is None:
+                raise RuntimeError("without LIBFLOW_REDIS_URL jobs run in-process: pass them")
+            check_job_functions(job_functions)
+            jobs = in_process = InProcessJobQueue(job_functions, {}, settings.job_concurrency)
+        resources = Resources(
+            settings=settings,
+            storage=storage,
+            embedder=embedder,
+            jobs=jobs,
+            http=http,
+            vectors=VectorIndex(),
+            reads=reads,
+        )
+        if in_process is None:
+            yield resources
+            return
+        in_process.context[RESOURCES] = resources
+        try:
+            yield resources
+        finally:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(in_process.join()), SHUTDOWN_GRACE_SECONDS)
+            await in_process.close()
+
+
+def job_resources(ctx: dict[str, Any]) -> Resources:
+    """The resources the worker or the server put in the job context at start-up."""
+    resources = ctx[RESOURCES]
+    assert isinstance(resources, Resources)
+    return resources

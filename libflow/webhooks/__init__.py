@@ -1,0 +1,1 @@
+"""Inbound webhooks: their management, signatures, the inbox, and running what it holds."""

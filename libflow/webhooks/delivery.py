@@ -1,0 +1,197 @@
+"""Running what the inbox holds: a drain claims deliveries and runs each one's workflow once.
+
+The receiver queues a ``deliver_webhooks`` job after each commit, under an id shared by
+every delivery of the same 50 ms, so a burst of deliveries wakes a few jobs rather than
+one job each (arq spends about ten Redis round trips on a job: at one job per delivery
+that, not the runs, was the ceiling). A job claims pending deliveries a batch at a time
+with one conditional update (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so workers share
+the inbox), runs them concurrently and claims more until the inbox is empty. Only a
+claim runs a delivery, so a replayed delivery or a job queued twice cannot run it twice.
+
+The claim names each run record before it exists, which is how the sweep tells a
+delivery whose worker died before its run began (queued again) from one that died
+during it (recorded failed rather than run a second time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from arq.worker import Retry
+from tortoise.backends.base.client import BaseDBAsyncClient
+from tortoise.exceptions import OperationalError
+
+from libflow.db.fast_reads import FastReads
+from libflow.db.outages import dependency_down
+from libflow.engine import InvalidInputs, NodeServices, UnknownEvent
+from libflow.errors import NotFound
+from libflow.jobs import JobQueue
+from libflow.json_text import UNSTORABLE_PROBLEM, holds_unstorable, may_hold_unstorable
+from libflow.models import WebhookDelivery, WorkflowRun
+from libflow.webhooks.inbox import (
+    WAKE_UP_WINDOW_SECONDS,
+    claim,
+    fail_unrecorded,
+    finish,
+    finish_alone,
+    payload_of,
+    release,
+    wake_delivery_job,
+)
+from libflow.workflows.runs import record_refused_run, run_version
+from libflow.workflows.versions import find_run_target
+
+logger = logging.getLogger("libflow.deliveries")
+
+# Runs one job keeps going at once (most wait on I/O: the database, http_request nodes).
+RUNS_AT_ONCE = 64
+DRAIN_SECONDS = 60
+ServicesFor = Callable[[str], NodeServices]
+
+
+# Besides dependency_down(): the database or the network went away for a moment.
+_TRANSIENT_TYPES: tuple[type[BaseException], ...] = (OperationalError, OSError)
+
+
+def transient(err: BaseException) -> bool:
+    """Whether ``err`` is the database or the network away for a moment: try again later."""
+    return dependency_down(err) or isinstance(err, _TRANSIENT_TYPES)
+
+
+# How long after its window a job makes its last claim: clocks of API and worker hosts
+# differ a little (a larger gap leaves a delivery to the sweep, never loses it).
+WINDOW_MARGIN_SECONDS = 0.05
+WINDOW_CAP_SECONDS = WAKE_UP_WINDOW_SECONDS + WINDOW_MARGIN_SECONDS
+
+
+def _window_end(job_id: str) -> float:
+    """When the wake-up window this job was queued for ends, plus the margin (0: unknown)."""
+    _, _, window = job_id.rpartition(":")
+    if not window.isdigit():
+        return 0.0
+    return (int(window) + 1) * WAKE_UP_WINDOW_SECONDS + WINDOW_MARGIN_SECONDS
+
+
+async def drain_inbox(
+    *, jobs: JobQueue, reads: FastReads, services_for: ServicesFor, job_id: str, job_try: int
+) -> None:
+    """Claim and run pending deliveries until the inbox is empty (the deliver_webhooks job).
+
+    ``job_id`` names the wake-up window the job was queued for; ``services_for`` gives a
+    project's runs what their nodes may reach.
+    """
+    running: set[asyncio.Task[None]] = set()
+    # A job's time is bounded (arq's timeout): past this it claims no more and hands over.
+    stop_claiming = time.monotonic() + DRAIN_SECONDS
+    waited = False
+    try:
+        while True:
+            claimed: list[str] = []
+            if len(running) < RUNS_AT_ONCE and time.monotonic() < stop_claiming:
+                claimed = await claim(RUNS_AT_ONCE - len(running))
+            if claimed:
+                deliveries = await WebhookDelivery.filter(id__in=claimed).select_related("webhook")
+                for delivery in deliveries:
+                    running.add(asyncio.create_task(_deliver(reads, services_for, delivery)))
+            elif not running:
+                if time.monotonic() >= stop_claiming:
+                    await wake_delivery_job(jobs)  # the inbox may still hold some
+                    return
+                # Once, and capped: a clock far ahead on the API's host must not park this job.
+                wait = min(_window_end(job_id) - time.time(), WINDOW_CAP_SECONDS)
+                if waited or wait <= 0:
+                    return
+                waited = True
+                # Receivers in this job's window do not queue another job (see
+                # wake_delivery_job): what they commit before it ends is ours to claim.
+                await asyncio.sleep(wait)
+                continue
+            if running and (not claimed or len(running) >= RUNS_AT_ONCE):
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                running -= done
+                for task in done:
+                    if not task.cancelled() and task.exception() is not None:
+                        logger.error("a delivery failed", exc_info=task.exception())
+    except Exception as err:
+        if not transient(err):
+            raise
+        # The claimed deliveries whose runs had not begun go back to the inbox (or, if the
+        # database is still away, the sweep gives them back once stale).
+        await asyncio.gather(*running, return_exceptions=True)
+        raise Retry(defer=job_try * 2) from err
+    finally:
+        if running:  # cancelled (shutdown): let the runs record themselves as cancelled
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+
+
+async def _deliver(reads: FastReads, services_for: ServicesFor, delivery: WebhookDelivery) -> None:
+    """Run one claimed delivery's workflow (latest version) and record how it went."""
+    webhook = delivery.webhook
+    try:
+        target = await find_run_target(webhook.project_id, webhook.workflow_id, None, reads)
+    except NotFound as gone:  # the workflow has no version to run (cannot happen today)
+        await finish_alone(delivery.id, gone.code, gone.message)
+        return
+    except Exception as err:
+        if transient(err):
+            # If this fails too, the delivery stays claimed: the sweep gives it back once stale.
+            await _unless_transient(release(delivery.id, delivery.run_id))
+        raise
+    payload = payload_of(delivery.body)
+    if may_hold_unstorable(delivery.body) and holds_unstorable(payload):
+        # A run's inputs cannot carry these (PostgreSQL refuses them in JSON), as runsync's
+        # cannot: refused the same way on every shape, before anything runs.
+        await finish_alone(delivery.id, "INVALID_INPUTS", f"the payload {UNSTORABLE_PROBLEM}")
+        return
+    inputs = {"payload": payload, "headers": delivery.headers}
+
+    async def record_with(db: BaseDBAsyncClient, run: WorkflowRun) -> None:
+        # In the run record's own transaction: the two never disagree.
+        error = run.error
+        if run.status == "cancelled":  # shutdown mid-run: not run again (see the module)
+            error = {"code": "CANCELLED", "node": None, "message": "the worker stopped"}
+        await finish(db, delivery.id, run.status == "succeeded", error)
+
+    try:
+        try:
+            await run_version(
+                target,
+                event=webhook.event,
+                inputs=inputs,
+                trigger="webhook",
+                services=services_for(target.project_id),
+                run_id=delivery.run_id,
+                record_with=record_with,
+            )
+        except (UnknownEvent, InvalidInputs) as refused:
+            await record_refused_run(
+                target,
+                event=webhook.event,
+                inputs=inputs,
+                trigger="webhook",
+                error=refused,
+                run_id=delivery.run_id,
+                record_with=record_with,
+            )
+    except Exception as err:
+        # The run began but could not be recorded. It is not run again (its effects may
+        # have happened): the delivery says so now rather than when the sweep finds it.
+        logger.exception("delivery %s: its run could not be recorded", delivery.id)
+        message = f"the run could not be recorded ({type(err).__name__})"
+        # If this fails too, the sweep settles it, as failed.
+        await _unless_transient(fail_unrecorded(delivery.id, delivery.run_id, message))
+
+
+async def _unless_transient(write: Awaitable[None]) -> None:
+    """Await ``write``; a transient failure of it is left to the sweep."""
+    try:
+        await write
+    except Exception as err:
+        if not transient(err):
+            raise
+        logger.warning("left to the sweep: %r", err)

@@ -1,0 +1,287 @@
+"""The webhook inbox: the state machine of a delivery, from accepted to settled.
+
+pending (accepted, committed before the 200) -> running (claimed by one worker, its run
+id named) -> succeeded | failed; a claim whose run never began is released back to
+pending; a claim whose worker died is settled as failed (INTERRUPTED), never run twice.
+The inbox table is the queue; Redis only wakes workers up (``wake_delivery_job``), and
+a sweep wakes them for what a lost wake-up left pending.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+import weakref
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from tortoise.backends.base.client import BaseDBAsyncClient
+from tortoise.exceptions import IntegrityError
+
+from libflow.db.fast_reads import FastReads
+from libflow.db.group_commit import commit_together
+from libflow.engine.definition import MAX_TIMEOUT_SECONDS
+from libflow.errors import NotFound, Unavailable
+from libflow.ids import utcnow
+from libflow.jobs import Job, JobQueue
+from libflow.models import DeliveryStatus, WebhookDelivery, WorkflowRun
+from libflow.webhooks.manage import get_webhook, verifying_secrets
+from libflow.webhooks.signatures import SIGNATURE_HEADERS, verify
+
+logger = logging.getLogger("libflow.deliveries")
+
+MAX_DELIVERY_BYTES = 1024 * 1024
+MAX_DELIVERIES_LISTED = 1000
+MAX_EXTERNAL_ID = 200
+LISTED_DELIVERY_FIELDS = (
+    "id",
+    "webhook_id",
+    "external_id",
+    "status",
+    "attempts",
+    "run_id",
+    "error",
+    "received_at",
+    "started_at",
+    "finished_at",
+)
+# Deliveries pending this long are queued again by the sweep (a wake-up was lost).
+REQUEUE_AFTER = timedelta(seconds=2)
+# A claimed delivery still running after the longest run allowed lost its worker.
+INTERRUPTED_AFTER = timedelta(seconds=MAX_TIMEOUT_SECONDS + 60)
+WAKE_UP_WINDOW_SECONDS = 0.05
+
+# Never handed to a workflow: they authenticate the sender, and a run record keeps its inputs.
+_CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
+
+
+def run_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The headers a workflow sees: lower-cased, without signatures or credentials."""
+    hidden = SIGNATURE_HEADERS | _CREDENTIAL_HEADERS
+    kept: dict[str, str] = {}
+    for name, value in headers.items():
+        lowered = name.lower()
+        if lowered not in hidden:
+            # A repeated header reads as one value, as RFC 9110 allows for most headers.
+            kept[lowered] = f"{kept[lowered]}, {value}" if lowered in kept else value
+    return kept
+
+
+def payload_of(body: bytes) -> Any:
+    """The delivery's body for the workflow: parsed JSON, else text."""
+    text = body.decode("utf-8", errors="replace")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return text
+
+
+def _storable_id(delivery_id: str) -> str:
+    """The sender's delivery id, or its hash when it is too long or not printable ASCII."""
+    if len(delivery_id) <= MAX_EXTERNAL_ID and delivery_id.isascii() and delivery_id.isprintable():
+        return delivery_id
+    digest = hashlib.sha256(delivery_id.encode("utf-8", errors="surrogateescape")).hexdigest()
+    return f"sha256:{digest}"
+
+
+async def accept_delivery(
+    webhook_id: str, headers: Mapping[str, str], body: bytes, reads: FastReads
+) -> WebhookDelivery:
+    """Verify a delivery and commit it to the inbox; a repeated one returns the first.
+
+    Raises NotFound for an unknown or deleted webhook and InvalidSignature when the
+    signature does not verify. Nothing is written for a refused delivery.
+    """
+    webhook = await reads.live_webhook(webhook_id)
+    if webhook is None:
+        raise NotFound(f"webhook {webhook_id!r} not found")
+    now = utcnow()
+    verified = verify(
+        webhook.scheme, verifying_secrets(webhook, now), headers, body, now=now.timestamp()
+    )
+    delivery = WebhookDelivery(
+        webhook_id=webhook.id,
+        project_id=webhook.project_id,
+        external_id=_storable_id(verified.delivery_id),
+        body=body,
+        headers=run_headers(headers),
+    )
+    try:
+        # Concurrent deliveries share a commit; each answer still waits for its own.
+        await commit_together(lambda db: delivery.save(using_db=db, force_create=True))
+        return delivery
+    except IntegrityError:
+        # The sender retried (or replayed) a delivery we have: acknowledge it again.
+        existing = await WebhookDelivery.get_or_none(
+            webhook_id=webhook.id, external_id=_storable_id(verified.delivery_id)
+        )
+        if existing is None:  # not a duplicate after all: let the error surface
+            raise
+        return existing
+
+
+async def list_deliveries(project_id: str, webhook_id: str, limit: int) -> list[WebhookDelivery]:
+    """The webhook's latest deliveries, newest first."""
+    webhook = await get_webhook(project_id, webhook_id)
+    return (
+        await WebhookDelivery.filter(webhook_id=webhook.id)
+        .order_by("-received_at", "-id")
+        .limit(limit)
+        .only(*LISTED_DELIVERY_FIELDS)  # never the bodies: up to 1 MiB each
+    )
+
+
+_WOKEN: weakref.WeakKeyDictionary[JobQueue, int] = weakref.WeakKeyDictionary()
+
+
+async def wake_delivery_job(jobs: JobQueue) -> bool:
+    """Queue a job that drains the inbox; False when the queue is down (the sweep will).
+
+    One job per window: this process asks Redis only for the first delivery of each
+    (queueing costs several round trips even when arq refuses a job it already has).
+    """
+    window = int(time.time() / WAKE_UP_WINDOW_SECONDS)
+    if _WOKEN.get(jobs) == window:
+        return True
+    try:
+        await jobs.enqueue(Job.DELIVER_WEBHOOKS, job_id=f"deliver_webhooks:{window}")
+    except Unavailable:
+        logger.warning("deliveries stay in the inbox until the job queue is back")
+        return False
+    _WOKEN[jobs] = window
+    return True
+
+
+# PostgreSQL: workers skip the rows another worker is claiming. SQLite has one writer.
+_CLAIM_SQL = {
+    "postgres": (
+        'UPDATE "webhook_deliveries" SET "status" = \'running\', "started_at" = $1,'
+        ' "attempts" = "attempts" + 1, "run_id" = replace(gen_random_uuid()::text, \'-\', \'\')'
+        ' WHERE "id" IN (SELECT "id" FROM "webhook_deliveries" WHERE "status" = \'pending\''
+        ' ORDER BY "received_at" LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING "id"'
+    ),
+    "sqlite": (
+        'UPDATE "webhook_deliveries" SET "status" = \'running\', "started_at" = ?,'
+        ' "attempts" = "attempts" + 1, "run_id" = lower(hex(randomblob(16)))'
+        ' WHERE "id" IN (SELECT "id" FROM "webhook_deliveries" WHERE "status" = \'pending\''
+        ' ORDER BY "received_at" LIMIT ?) RETURNING "id"'
+    ),
+}
+
+
+async def claim(limit: int) -> list[str]:
+    """Up to ``limit`` pending deliveries, now running and ours alone."""
+
+    async def claim(db: BaseDBAsyncClient) -> list[str]:
+        sql = _CLAIM_SQL[db.capabilities.dialect]
+        started = utcnow()
+        value: Any = started if db.capabilities.dialect == "postgres" else started.isoformat()
+        # execute_query would not fetch an UPDATE's RETURNING rows on PostgreSQL.
+        rows = await db.execute_query_dict(sql, [value, limit])
+        return [row["id"] for row in rows]
+
+    return await commit_together(claim)
+
+
+async def release(delivery_id: str, run_id: str | None) -> None:
+    """Give a claimed delivery back to the inbox: its run has not begun."""
+    await WebhookDelivery.filter(id=delivery_id, run_id=run_id).update(
+        status=DeliveryStatus.PENDING, run_id=None, started_at=None
+    )
+
+
+async def finish(
+    db: BaseDBAsyncClient, delivery_id: str, succeeded: bool, error: dict[str, Any] | None
+) -> None:
+    await (
+        WebhookDelivery.filter(id=delivery_id)
+        .using_db(db)
+        .update(
+            status=DeliveryStatus.SUCCEEDED if succeeded else DeliveryStatus.FAILED,
+            error=error,
+            finished_at=utcnow(),
+        )
+    )
+
+
+async def finish_alone(delivery_id: str, code: str, message: str) -> None:
+    """Fail a delivery that has no run record (its claimed run id points at nothing)."""
+    error = {"code": code, "node": None, "message": message}
+
+    async def fail(db: BaseDBAsyncClient) -> None:
+        await (
+            WebhookDelivery.filter(id=delivery_id)
+            .using_db(db)
+            .update(status=DeliveryStatus.FAILED, error=error, finished_at=utcnow(), run_id=None)
+        )
+
+    await commit_together(fail)
+
+
+async def fail_unrecorded(delivery_id: str, run_id: str | None, message: str) -> None:
+    """Fail a delivery whose run's end could not be written, and the run's record if any.
+
+    A run longer than RECORD_RUNNING_AFTER already has a "running" record: it must not stay
+    so with nothing pointing at it.
+    """
+    error = {"code": "INTERNAL", "node": None, "message": message}
+
+    async def fail(db: BaseDBAsyncClient) -> None:
+        now = utcnow()
+        recorded = await (
+            WorkflowRun.filter(id=run_id, status="running")
+            .using_db(db)
+            .update(status="failed", error=error, finished_at=now)
+        )
+        exists = recorded or await WorkflowRun.filter(id=run_id).using_db(db).exists()
+        await (
+            WebhookDelivery.filter(id=delivery_id)
+            .using_db(db)
+            .update(
+                status=DeliveryStatus.FAILED,
+                error=error,
+                finished_at=now,
+                run_id=run_id if exists else None,
+            )
+        )
+
+    await commit_together(fail)
+
+
+async def requeue_pending_deliveries(jobs: JobQueue, older_than: timedelta) -> None:
+    """Wake a delivery job when a delivery has been pending longer than ``older_than``."""
+    stale = WebhookDelivery.filter(
+        status=DeliveryStatus.PENDING, received_at__lte=utcnow() - older_than
+    )
+    if await stale.exists():
+        await wake_delivery_job(jobs)
+
+
+async def settle_interrupted_deliveries(stale_after: timedelta) -> None:
+    """Deliveries claimed longer than ``stale_after`` ago lost their worker.
+
+    Each is recorded failed (INTERRUPTED), as is its run if it has a record: its run
+    may have begun, and running it again could repeat its effects.
+    """
+    now = utcnow()
+    stale = await WebhookDelivery.filter(
+        status=DeliveryStatus.RUNNING, started_at__lte=now - stale_after
+    ).values_list("id", "run_id")
+    for delivery_id, run_id in stale:
+        # No run record does not mean the run never began: short runs are recorded when
+        # they end. Running it again could repeat its effects, so it is failed either way.
+        run = await WorkflowRun.get_or_none(id=run_id)
+        logger.error("delivery %s: its worker stopped during run %s", delivery_id, run_id)
+        error = {"code": "INTERRUPTED", "node": None, "message": "the worker stopped mid-run"}
+        if run is not None and run.status == "running":
+            run.status, run.error, run.finished_at = "failed", error, now
+            await run.save(update_fields=["status", "error", "finished_at"])
+        await WebhookDelivery.filter(id=delivery_id, run_id=run_id).update(
+            status=DeliveryStatus.FAILED,
+            error=error,
+            finished_at=now,
+            run_id=run_id if run is not None else None,
+        )

@@ -1,0 +1,154 @@
+"""Workflows and their versions: immutable, numbered, parsed once per process."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from tortoise.exceptions import IntegrityError
+from tortoise.transactions import in_transaction
+
+from libflow.db.fast_reads import FastReads
+from libflow.engine import WorkflowDefinition, parse_definition
+from libflow.errors import NotFound
+from libflow.ids import possible_id
+from libflow.models import Workflow, WorkflowVersion
+
+
+async def create_workflow(
+    project_id: str, name: str, definition: dict[str, Any]
+) -> tuple[Workflow, WorkflowVersion]:
+    """A workflow with its first version; the definition is validated first."""
+    parse_definition(definition)
+    async with in_transaction() as connection:
+        workflow = await Workflow.create(project_id=project_id, name=name, using_db=connection)
+        version = await WorkflowVersion.create(
+            workflow=workflow, number=1, definition=definition, using_db=connection
+        )
+    return workflow, version
+
+
+async def get_workflow(project_id: str, workflow_id: str) -> Workflow:
+    """One workflow of the project."""
+    workflow = None
+    if possible_id(workflow_id):
+        workflow = await Workflow.get_or_none(id=workflow_id, project_id=project_id)
+    if workflow is None:
+        raise NotFound(f"workflow {workflow_id!r} not found")
+    return workflow
+
+
+async def publish_version(
+    project_id: str, workflow_id: str, definition: dict[str, Any]
+) -> WorkflowVersion:
+    """The next numbered version; two concurrent publishes get two numbers."""
+    parse_definition(definition)
+    workflow = await get_workflow(project_id, workflow_id)
+    for _ in range(5):
+        number = workflow.latest_version + 1
+        try:
+            async with in_transaction() as connection:
+                version = await WorkflowVersion.create(
+                    workflow=workflow, number=number, definition=definition, using_db=connection
+                )
+                await (
+                    Workflow.filter(id=workflow.id, latest_version__lt=number)
+                    .using_db(connection)
+                    .update(latest_version=number)
+                )
+            return version
+        except IntegrityError:
+            # Someone published this number first: take the next one.
+            await workflow.refresh_from_db(fields=["latest_version"])
+    raise IntegrityError("could not allocate a version number")
+
+
+async def list_workflows(project_id: str) -> list[Workflow]:
+    """The project's workflows, newest first."""
+    return await Workflow.filter(project_id=project_id).order_by("-created_at", "-id")
+
+
+async def list_versions(workflow: Workflow) -> list[WorkflowVersion]:
+    """Every version of a workflow, oldest first."""
+    return await WorkflowVersion.filter(workflow_id=workflow.id).order_by("number")
+
+
+async def find_version(workflow: Workflow, version: str | None) -> WorkflowVersion:
+    """The version named ``version`` ("1", "2", ...), or the latest when None."""
+    number = workflow.latest_version if version is None else _version_number(version)
+    found = await WorkflowVersion.get_or_none(workflow_id=workflow.id, number=number)
+    if found is None:
+        raise NotFound(f"workflow {workflow.id!r} has no version {version!r}")
+    return found
+
+
+_PARSED: OrderedDict[tuple[str, int], WorkflowDefinition] = OrderedDict()
+_PARSED_KEPT = 256
+
+
+def _version_number(version: str) -> int:
+    """The number a version string names, or -1 (no version has it)."""
+    if version.isascii() and version.isdigit() and str(int(version)) == version:
+        return int(version)
+    return -1  # int() would also read " 1", "01" or "1_0": none of them names a version
+
+
+def definition_of(version: WorkflowVersion) -> WorkflowDefinition:
+    """The parsed definition of a stored version (it was valid when published).
+
+    Versions never change, so each is parsed once per process (the most recent few
+    hundred are kept): parsing costs more than running a small workflow.
+    """
+    key = (version.workflow_id, version.number)  # workflow ids are random: unique anywhere
+    parsed = _PARSED.get(key)
+    if parsed is None:
+        return _parse_once(key, version.definition)
+    _PARSED.move_to_end(key)
+    return parsed
+
+
+def _parse_once(key: tuple[str, int], definition: dict[str, Any]) -> WorkflowDefinition:
+    parsed = _PARSED[key] = parse_definition(definition)
+    if len(_PARSED) > _PARSED_KEPT:
+        _PARSED.popitem(last=False)
+    return parsed
+
+
+@dataclass(frozen=True, slots=True)
+class RunTarget:
+    """What a run needs of its workflow: ids, the version's number and its definition."""
+
+    workflow_id: str
+    project_id: str
+    version: int
+    definition: WorkflowDefinition
+
+
+async def find_run_target(
+    project_id: str, workflow_id: str, version: str | None, reads: FastReads
+) -> RunTarget:
+    """The version to run (the latest when None); NotFound for the workflow or the version.
+
+    runsync's hottest read: on SQLite it is one inline query, and a version parsed
+    before is not parsed again.
+    """
+    if not possible_id(workflow_id):
+        raise NotFound(f"workflow {workflow_id!r} not found")
+    number = None if version is None else _version_number(version)
+    found = await reads.workflow_version(project_id, workflow_id, number)
+    if found is None:
+        raise NotFound(f"workflow {workflow_id!r} not found")
+    if found.number is None:
+        raise NotFound(f"workflow {workflow_id!r} has no version {version!r}")
+    key = (workflow_id, found.number)
+    parsed = _PARSED.get(key)
+    if parsed is None:
+        if found.definition is not None:
+            definition = json.loads(found.definition)
+        else:
+            stored = await WorkflowVersion.get(workflow_id=workflow_id, number=found.number)
+            definition = stored.definition
+        parsed = _parse_once(key, definition)
+    return RunTarget(workflow_id, project_id, found.number, parsed)
