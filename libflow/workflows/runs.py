@@ -157,14 +157,18 @@ class _RunRecorder:
                 return record
             await commit_together(lambda db: self._write_end(db, record, insert=True))
             return record
-        record.update_from_dict(end)
         insert = True
         if self._running is not None:
+            # The "running" insert may still wait in a group commit: it must write "running",
+            # not this end. The end is written only below, in one transaction with the
+            # caller's own write (a delivery's state), so a crash between the two commits
+            # can never leave a finished run beside a delivery that never finished.
             try:
                 await self._running
                 insert = False
             except Exception:
                 logger.exception("run %s: its running record was not written", record.id)
+        record.update_from_dict(end)
         await commit_together(lambda db: self._write_end(db, record, insert=insert))
         return record
 
