@@ -7,6 +7,12 @@ server's resident memory is sampled throughout; the report compares the first sa
 the warm-up with the last. Every answer that is not the expected status is an error, and
 at the end every accepted delivery must have run exactly once and every upload be processed.
 Not part of ``python -m bench``: it takes ten minutes by design.
+
+``--hostile`` adds, at low rates, what one API key could send to exhaust the server: a
+template that would build gigabytes, a run that sets huge outputs, JSON with NaN, and a
+docx bomb (a few hundred KB inflating to tens of MB of XML). Each must get its documented
+refusal (or, for the docx, end ``failed``), and the report adds the server's peak RSS and
+/healthz latency (p99, max) under that load, which is probed ten times a second throughout.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import sqlite3
 import sys
 import tempfile
 import time
+import zipfile
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -51,6 +58,48 @@ SAMPLE_SECONDS = 5
 # Requests a second of each kind: steady, well below saturation, so that what grows is
 # the service's state and memory, not a queue.
 RATES = {"upload": 2.0, "list": 20.0, "search": 5.0, "runsync": 40.0, "webhook": 40.0}
+HEALTHZ_RATE = 10.0
+HOSTILE_RATES = {
+    "template_bomb": 0.5,
+    "output_bomb": 0.5,
+    "nan_json": 1.0,
+    "docx_bomb": 0.1,
+}
+# What a hostile load may add to the server's RSS above its RSS after the warm-up.
+HOSTILE_RSS_BOUND_MIB = 512
+# A template that would build 5 GB if sizes were charged after building (43 bytes).
+TEMPLATE_BOMB = "{% set s='a'*50000 %}{{ [s]*100000 }}"
+DOCX_BOMB_XML_MIB = 64
+
+
+def docx_bomb() -> bytes:
+    """A docx whose document.xml inflates to DOCX_BOMB_XML_MIB of empty paragraphs."""
+    paragraph = b"<w:p/>"
+    head = (
+        b'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
+        b'<w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main">'
+        b"<w:body>"
+    )
+    body = paragraph * (DOCX_BOMB_XML_MIB * 1024 * 1024 // len(paragraph))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
+        archive.writestr(
+            "[Content_Types].xml",
+            '<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.'
+            'org/package/2006/content-types"><Default Extension="rels" ContentType="application/'
+            'vnd.openxmlformats-package.relationships+xml"/><Default Extension="xml" ContentType='
+            '"application/xml"/><Override PartName="/word/document.xml" ContentType="application/'
+            'vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>',
+        )
+        archive.writestr(
+            "_rels/.rels",
+            '<?xml version="1.0" encoding="UTF-8"?><Relationships xmlns="http://schemas.'
+            'openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" Type="http:'
+            '//schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" '
+            'Target="word/document.xml"/></Relationships>',
+        )
+        archive.writestr("word/document.xml", head + body + b"</w:body></w:document>")
+    return out.getvalue()
 
 
 @dataclass
@@ -61,6 +110,8 @@ class Tally:
     errors: Counter[str] = field(default_factory=Counter)
     deliveries: int = 0
     uploads: int = 0
+    hostile_uploads: int = 0
+    healthz_seconds: list[float] = field(default_factory=list)
 
     def expect(self, kind: str, status: int, expected: int, body: str = "") -> None:
         self.answers[(kind, status)] += 1
@@ -71,8 +122,18 @@ class Tally:
 class Soak:
     """The load generator: one loop per kind of request, each at its own rate."""
 
-    def __init__(self, base: str, project: str, key: str, workflow_id: str, hook: Any) -> None:
+    def __init__(
+        self,
+        base: str,
+        project: str,
+        key: str,
+        workflow_id: str,
+        hook: Any,
+        hostile_workflows: dict[str, str] | None = None,
+    ) -> None:
         self.base = base
+        self.hostile_workflows = hostile_workflows or {}
+        self._docx_bomb = docx_bomb() if hostile_workflows else b""
         self.api = f"{base}/api/publicv1/projects/{project}"
         self.auth = {"Authorization": key}
         self.workflow_id = workflow_id
@@ -140,6 +201,61 @@ class Soak:
         if response.status == 200:
             self.tally.deliveries += 1
 
+    async def healthz(self, session: aiohttp.ClientSession, n: int) -> None:
+        started = time.monotonic()
+        async with session.get(f"{self.base}/healthz") as response:
+            await response.read()
+            self.tally.expect("healthz", response.status, 200)
+        self.tally.healthz_seconds.append(time.monotonic() - started)
+
+    async def _refused(
+        self, session: aiohttp.ClientSession, kind: str, workflow: str, expected: set[int]
+    ) -> None:
+        """A hostile runsync: any of the ``expected`` statuses with a JSON error is fine."""
+        async with session.post(
+            f"{self.api}/workflows/{self.hostile_workflows[workflow]}/runsync",
+            json={},
+            headers=self.auth,
+        ) as response:
+            text = await response.text()
+            status = response.status if response.status not in expected else min(expected)
+            self.tally.expect(kind, status, min(expected), text)
+
+    async def template_bomb(self, session: aiohttp.ClientSession, n: int) -> None:
+        await self._refused(session, "template_bomb", "template_bomb", {500, 504})
+
+    async def output_bomb(self, session: aiohttp.ClientSession, n: int) -> None:
+        await self._refused(session, "output_bomb", "output_bomb", {500, 504})
+
+    async def nan_json(self, session: aiohttp.ClientSession, n: int) -> None:
+        async with session.post(
+            f"{self.api}/workflows/{self.workflow_id}/runsync",
+            data=b'{"inputs": {"name": NaN, "x": 1e999}}',
+            headers={**self.auth, "Content-Type": "application/json"},
+        ) as response:
+            self.tally.expect("nan_json", response.status, 400, await response.text())
+
+    async def docx_bomb(self, session: aiohttp.ClientSession, n: int) -> None:
+        body = {"originalname": f"bomb{n}.docx", "fileType": "docx", "dir": "root"}
+        async with session.post(
+            f"{self.api}/library/files", json=body, headers=self.auth
+        ) as response:
+            self.tally.expect("docx_bomb create", response.status, 201, await response.text())
+            if response.status != 201:
+                return
+            record = await response.json()
+        async with session.put(
+            URL(record["storageLink"], encoded=True),
+            data=self._docx_bomb,
+            headers={"Content-Type": record["mimeType"]},
+        ) as response:
+            self.tally.expect("docx_bomb PUT", response.status, 200, await response.text())
+        async with session.post(
+            f"{self.api}/library/files:complete", json={"path": record["path"]}, headers=self.auth
+        ) as response:
+            self.tally.expect("docx_bomb finalize", response.status, 200, await response.text())
+        self.tally.hostile_uploads += 1
+
     async def steady(
         self,
         session: aiohttp.ClientSession,
@@ -186,11 +302,21 @@ async def _sample_memory(pid: int, samples: list[tuple[float, int]], until: floa
 async def _load(soak: Soak, pid: int, seconds: float) -> list[tuple[float, int]]:
     samples: list[tuple[float, int]] = []
     until = time.monotonic() + seconds
+    rates = {**RATES, "healthz": HEALTHZ_RATE}
+    if soak.hostile_workflows:
+        rates.update(HOSTILE_RATES)
     connector = aiohttp.TCPConnector(limit=64)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    # Its own connections: a probe must not queue behind the load's.
+    async with (
+        aiohttp.ClientSession(connector=connector) as session,
+        aiohttp.ClientSession() as probe,
+    ):
         await asyncio.gather(
             _sample_memory(pid, samples, until),
-            *(soak.steady(session, kind, rate, until) for kind, rate in RATES.items()),
+            *(
+                soak.steady(probe if kind == "healthz" else session, kind, rate, until)
+                for kind, rate in rates.items()
+            ),
         )
     return samples
 
@@ -218,7 +344,7 @@ async def _settled(database: Path, timeout: float = 300) -> tuple[Counter[str], 
         await asyncio.sleep(2)
 
 
-def run(minutes: float = 10) -> Report:
+def run(minutes: float = 10, hostile: bool = False) -> Report:
     """Start the embedded server, load it for ``minutes``, report memory and errors."""
     seconds = minutes * 60
     work = Path(tempfile.mkdtemp(prefix="libflow-soak-"))
@@ -228,8 +354,8 @@ def run(minutes: float = 10) -> Report:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     with libflow_server(port, data_dir, env) as proc:
-        soak_setup = asyncio.run(_set_up(base, project, key))
-        soak = Soak(base, project, key, *soak_setup)
+        workflow_id, hook, hostile_workflows = asyncio.run(_set_up(base, project, key, hostile))
+        soak = Soak(base, project, key, workflow_id, hook, hostile_workflows)
         samples = asyncio.run(_load(soak, proc.pid, seconds))
         database = data_dir / "libflow.sqlite3"
         deliveries, files = asyncio.run(_settled(database))
@@ -255,8 +381,37 @@ def run(minutes: float = 10) -> Report:
             goal="flat (< 1.25x)",
             met=end_rss < 1.25 * start_rss,
         ),
-        Result(NAME, "server peak RSS", peak / mib, "MiB"),
+        Result(
+            NAME,
+            "server peak RSS" + (" (hostile load)" if hostile else ""),
+            peak / mib,
+            "MiB",
+            baseline=start_rss / mib,
+            baseline_label="RSS after warm-up",
+            goal=f"< +{HOSTILE_RSS_BOUND_MIB} MiB" if hostile else "-",
+            met=(peak - start_rss) / mib < HOSTILE_RSS_BOUND_MIB if hostile else None,
+        ),
+        Result(
+            NAME,
+            "/healthz p99 latency" + (" (hostile load)" if hostile else ""),
+            _percentile(soak.tally.healthz_seconds, 0.99) * 1000,
+            "ms",
+            goal="< 1000 ms",
+            met=_percentile(soak.tally.healthz_seconds, 0.99) < 1.0,
+        ),
+        Result(NAME, "/healthz max latency", max(soak.tally.healthz_seconds) * 1000, "ms"),
         Result(NAME, "requests answered", requests, "req"),
+        Result(
+            NAME,
+            "uploads processed as expected",
+            files["done"] + files["failed"],
+            "files",
+            baseline=soak.tally.uploads + soak.tally.hostile_uploads,
+            baseline_label="uploads finalized",
+            goal="done; bombs failed",
+            met=files["done"] == soak.tally.uploads
+            and files["failed"] == soak.tally.hostile_uploads,
+        ),
         Result(NAME, "unexpected answers", errors, "req", goal="0", met=errors == 0),
         Result(
             NAME,
@@ -287,13 +442,45 @@ def run(minutes: float = 10) -> Report:
     return Report(rows, notes)
 
 
-async def _set_up(base: str, project: str, key: str) -> tuple[str, dict[str, Any]]:
-    """The runsync benchmark's workflow, and a webhook on the webhook benchmark's one."""
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values) or [0.0]
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _hostile_definition(value: str) -> dict[str, Any]:
+    """A workflow whose one set_output node renders ``value``."""
+    return {
+        "timeoutSeconds": 5,
+        "nodes": [
+            {"id": "start", "type": "event", "event": "run"},
+            *(
+                {"id": f"out{i}", "type": "set_output", "name": f"o{i}", "value": value}
+                for i in range(20)
+            ),
+        ],
+        "edges": [{"from": "start", "to": f"out{i}"} for i in range(20)],
+    }
+
+
+async def _set_up(
+    base: str, project: str, key: str, hostile: bool
+) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """The runsync benchmark's workflow, a webhook on the webhook benchmark's one, and the
+    hostile workflows (when asked for)."""
     auth = {"Authorization": key}
     api = f"{base}/api/publicv1/projects/{project}"
-    created = {}
+    created: dict[str, str] = {}
+    definitions: list[tuple[str, dict[str, Any]]] = [
+        ("runsync", runsync.DEFINITION),
+        ("hook", webhooks.DEFINITION),
+    ]
+    if hostile:
+        definitions += [
+            ("template_bomb", _hostile_definition(TEMPLATE_BOMB)),
+            ("output_bomb", _hostile_definition("{{ 'a' * 8000000 }}")),
+        ]
     async with aiohttp.ClientSession() as session:
-        for name, definition in (("runsync", runsync.DEFINITION), ("hook", webhooks.DEFINITION)):
+        for name, definition in definitions:
             async with session.post(
                 f"{api}/workflows", json={"name": name, "definition": definition}, headers=auth
             ) as response:
@@ -306,15 +493,19 @@ async def _set_up(base: str, project: str, key: str) -> tuple[str, dict[str, Any
             if response.status != 201:
                 raise BenchError(f"webhook not created: {await response.text()}")
             hook: dict[str, Any] = await response.json()
-    return created["runsync"], hook
+    hostile_workflows: dict[str, str] = {
+        name: created[name] for name in ("template_bomb", "output_bomb") if name in created
+    }
+    return created["runsync"], hook, hostile_workflows
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m bench.soak [--minutes N]``: print the table; exit 1 if a goal is missed."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--hostile", action="store_true", help="add the hostile requests")
     args = parser.parse_args(argv)
-    report = run(args.minutes)
+    report = run(args.minutes, hostile=args.hostile)
     print(render_table([report]))
     return 0 if all(row.met is not False for row in report.rows) else 1
 
