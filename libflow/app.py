@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from libflow import appkeys
 from libflow.api import library, ops, storage, webhooks, workflows
 from libflow.api.auth import api_key_middleware
-from libflow.api.errors import error_middleware
+from libflow.api.errors import error_middleware, serve_json_errors
 from libflow.jobs import InProcessJobQueue
 from libflow.logs import request_log_middleware
 from libflow.metrics import HttpMetrics, metrics_middleware
@@ -111,6 +111,7 @@ def create_app(settings: Settings) -> web.Application:
         ],
         client_max_size=1024 * 1024,
     )
+    serve_json_errors(app)  # aiohttp's own errors (its HTTP parser's) are JSON too
     app[appkeys.SETTINGS] = settings
     app[appkeys.API_KEYS] = ApiKeyCache(settings.api_key_cache_seconds)
     app[appkeys.METRICS_REGISTRY] = registry

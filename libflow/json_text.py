@@ -1,12 +1,18 @@
-"""Text JSON can carry but the database cannot store: NUL and unpaired surrogates.
+"""What JSON and text from a client may carry into a record, checked where they arrive.
 
 ``"\\u0000"`` and a lone ``"\\ud800"`` are valid JSON, and SQLite stores them, but PostgreSQL
-refuses both in text and jsonb. They are refused alike on every shape, where they arrive.
+refuses both in text and jsonb. ``NaN``, ``Infinity`` and a number beyond a double's range
+(``1e999``) are not JSON at all (RFC 8259), yet Python's reader takes them: PostgreSQL then
+refuses them in jsonb, and SQLite stores them and answers a bare ``NaN``. All are refused
+alike on every shape, where they arrive; header bytes that are not UTF-8 are replaced.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
+import sys
 from typing import Any
 
 # In the raw bytes: a NUL byte, or an escape that may decode to NUL or to a surrogate.
@@ -38,3 +44,56 @@ def holds_unstorable(value: Any) -> bool:
         elif isinstance(item, list):
             pending.extend(item)
     return False
+
+
+NON_FINITE_PROBLEM = "holds NaN, Infinity or a number beyond the range of a double (1.8e308)"
+
+
+class NonFiniteNumber(ValueError):
+    """JSON text holding NaN, Infinity or a number beyond the range of a double."""
+
+
+# The largest integer a double holds: past it most readers (JavaScript's) see Infinity,
+# and Python's own float() of it raises.
+_LARGEST_INT = int(sys.float_info.max)
+_LARGEST_INT_DIGITS = len(str(_LARGEST_INT))
+
+
+def _refuse_constant(name: str) -> Any:
+    raise NonFiniteNumber(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 and its like overflow to inf
+        raise NonFiniteNumber(f"{text[:32]} is beyond the range of a double")
+    return value
+
+
+def _int_in_range(text: str) -> int:
+    value = int(text)  # json.loads bounds the digits (sys.get_int_max_str_digits())
+    if len(text) >= _LARGEST_INT_DIGITS and abs(value) > _LARGEST_INT:
+        raise NonFiniteNumber(f"{text[:32]}... is beyond the range of a double")
+    return value
+
+
+def loads(text: str | bytes) -> Any:
+    """Parse JSON as RFC 8259 has it: NonFiniteNumber for NaN, Infinity or 1e999."""
+    return json.loads(
+        text, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_int_in_range
+    )
+
+
+def header_text(value: str) -> str:
+    """A header value as text: bytes that are not UTF-8 become U+FFFD.
+
+    aiohttp decodes header bytes with ``surrogateescape``, so a byte that is not UTF-8
+    arrives as a lone surrogate, which PostgreSQL cannot store.
+    """
+    if _UNSTORABLE.search(value) is None:
+        return value
+    try:
+        raw = value.encode("utf-8", "surrogateescape")  # the bytes as sent
+    except UnicodeEncodeError:  # a surrogate no byte decodes to: made elsewhere
+        raw = value.encode("utf-8", "surrogatepass")
+    return raw.decode("utf-8", "replace").replace("\x00", "\ufffd")

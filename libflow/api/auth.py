@@ -25,6 +25,15 @@ def api_key_from_header(value: str) -> str | None:
     return value or None
 
 
+def could_be_api_key(secret: str) -> bool:
+    """Whether ``secret`` could be a key libflow issued: keys are printable ASCII.
+
+    Anything else names no key; it is refused before it is hashed (a byte that is not
+    UTF-8 arrives as a lone surrogate, which cannot be encoded to hash).
+    """
+    return secret.isascii() and secret.isprintable()
+
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -38,6 +47,8 @@ async def api_key_middleware(request: web.Request, handler: Handler) -> web.Stre
     secret = api_key_from_header(request.headers.get("Authorization", ""))
     if secret is None:
         raise Unauthorized("missing API key: send it in the Authorization header")
+    if not could_be_api_key(secret):
+        raise Unauthorized("unknown or revoked API key")
     caller = await request.app[appkeys.API_KEYS].lookup(secret)
     if caller is None:
         raise Unauthorized("unknown or revoked API key")

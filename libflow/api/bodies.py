@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal, TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from libflow import json_text
+from libflow.api.errors import unreadable_body
 from libflow.errors import InvalidJson, ValidationFailed
 from libflow.json_text import UNSTORABLE_PROBLEM, holds_unstorable, may_hold_unstorable
 
@@ -80,11 +81,18 @@ BodyT = TypeVar("BodyT", bound=Body)
 
 async def parse_body(request: web.Request, model: type[BodyT]) -> BodyT:
     """The request's JSON object validated as ``model``."""
-    raw = await request.read()
     try:
-        data = json.loads(raw)
+        # Inflated (Content-Encoding) while read: the app's client_max_size bounds the
+        # inflated bytes, chunk by chunk, so a gzip bomb is a 413 before it is whole.
+        raw = await request.read()
+    except web.RequestPayloadError as err:
+        raise InvalidJson(f"the request body cannot be read: {unreadable_body(err)}") from err
+    try:
+        data = json_text.loads(raw)
     except RecursionError as err:
         raise InvalidJson("the request body is nested too deeply to read") from err
+    except json_text.NonFiniteNumber as err:
+        raise InvalidJson(f"the request body {json_text.NON_FINITE_PROBLEM}") from err
     except ValueError as err:
         raise InvalidJson("the request body is not valid JSON") from err
     if not isinstance(data, dict):

@@ -29,7 +29,13 @@ from libflow.db.outages import dependency_down
 from libflow.engine import InvalidInputs, NodeServices, UnknownEvent
 from libflow.errors import NotFound
 from libflow.jobs import JobQueue
-from libflow.json_text import UNSTORABLE_PROBLEM, holds_unstorable, may_hold_unstorable
+from libflow.json_text import (
+    NON_FINITE_PROBLEM,
+    UNSTORABLE_PROBLEM,
+    NonFiniteNumber,
+    holds_unstorable,
+    may_hold_unstorable,
+)
 from libflow.models import WebhookDelivery, WorkflowRun
 from libflow.webhooks.inbox import (
     WAKE_UP_WINDOW_SECONDS,
@@ -142,7 +148,13 @@ async def _deliver(reads: FastReads, services_for: ServicesFor, delivery: Webhoo
             # If this fails too, the delivery stays claimed: the sweep gives it back once stale.
             await _unless_transient(release(delivery.id, delivery.run_id))
         raise
-    payload = payload_of(delivery.body)
+    try:
+        payload = payload_of(delivery.body)
+    except NonFiniteNumber:
+        # As runsync refuses them (INVALID_JSON): refused alike on every shape, before
+        # anything runs, rather than a run whose record PostgreSQL cannot store.
+        await finish_alone(delivery.id, "INVALID_INPUTS", f"the payload {NON_FINITE_PROBLEM}")
+        return
     if may_hold_unstorable(delivery.body) and holds_unstorable(payload):
         # A run's inputs cannot carry these (PostgreSQL refuses them in JSON), as runsync's
         # cannot: refused the same way on every shape, before anything runs.

@@ -15,12 +15,13 @@ import logging
 import time
 import weakref
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.exceptions import IntegrityError
 
+from libflow import json_text
 from libflow.db.fast_reads import FastReads
 from libflow.db.group_commit import commit_together
 from libflow.engine.definition import MAX_TIMEOUT_SECONDS
@@ -29,7 +30,7 @@ from libflow.ids import utcnow
 from libflow.jobs import Job, JobQueue
 from libflow.models import DeliveryStatus, WebhookDelivery, WorkflowRun
 from libflow.webhooks.manage import get_webhook, verifying_secrets
-from libflow.webhooks.signatures import SIGNATURE_HEADERS, verify
+from libflow.webhooks.signatures import SIGNATURE_HEADERS, TOLERANCE_SECONDS, verify
 
 logger = logging.getLogger("libflow.deliveries")
 
@@ -53,6 +54,10 @@ REQUEUE_AFTER = timedelta(seconds=2)
 # A claimed delivery still running after the longest run allowed lost its worker.
 INTERRUPTED_AFTER = timedelta(seconds=MAX_TIMEOUT_SECONDS + 60)
 WAKE_UP_WINDOW_SECONDS = 0.05
+# GitHub signs the body alone, with no timestamp: a captured delivery verifies forever, and
+# a new X-GitHub-Delivery makes it look new. A body this webhook accepted this recently (the
+# tolerance of the timestamped schemes) is taken for a replay: acknowledged, not run again.
+GITHUB_REPLAY_WINDOW = timedelta(seconds=TOLERANCE_SECONDS)
 
 # Never handed to a workflow: they authenticate the sender, and a run record keeps its inputs.
 _CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
@@ -65,16 +70,28 @@ def run_headers(headers: Mapping[str, str]) -> dict[str, str]:
     for name, value in headers.items():
         lowered = name.lower()
         if lowered not in hidden:
+            # Stored, and handed to a run: bytes that are not UTF-8 become U+FFFD.
+            lowered, value = json_text.header_text(lowered), json_text.header_text(value)
             # A repeated header reads as one value, as RFC 9110 allows for most headers.
             kept[lowered] = f"{kept[lowered]}, {value}" if lowered in kept else value
     return kept
 
 
 def payload_of(body: bytes) -> Any:
-    """The delivery's body for the workflow: parsed JSON, else text."""
+    """The delivery's body for the workflow: parsed JSON, else text.
+
+    Raises NonFiniteNumber for JSON holding NaN, Infinity or 1e999, which a run's inputs
+    cannot hold; text that only begins like them ("NaN is...") is text.
+    """
     text = body.decode("utf-8", errors="replace")
     try:
-        return json.loads(text)
+        return json_text.loads(text)
+    except json_text.NonFiniteNumber:
+        try:
+            json.loads(text)  # Python's lenient reader: JSON but for those numbers?
+        except (ValueError, RecursionError):
+            return text
+        raise
     except (ValueError, RecursionError):
         return text
 
@@ -91,6 +108,9 @@ async def accept_delivery(
     webhook_id: str, headers: Mapping[str, str], body: bytes, reads: FastReads
 ) -> WebhookDelivery:
     """Verify a delivery and commit it to the inbox; a repeated one returns the first.
+
+    Repeated: the same sender's delivery id, or for the github scheme the same body within
+    GITHUB_REPLAY_WINDOW.
 
     Raises NotFound for an unknown or deleted webhook and InvalidSignature when the
     signature does not verify. Nothing is written for a refused delivery.
@@ -109,10 +129,18 @@ async def accept_delivery(
         body=body,
         headers=run_headers(headers),
     )
+
+    async def save(db: BaseDBAsyncClient) -> WebhookDelivery:
+        if webhook.scheme == "github":
+            replayed = await _same_body_lately(db, webhook.id, body, now)
+            if replayed is not None:
+                return replayed
+        await delivery.save(using_db=db, force_create=True)
+        return delivery
+
     try:
         # Concurrent deliveries share a commit; each answer still waits for its own.
-        await commit_together(lambda db: delivery.save(using_db=db, force_create=True))
-        return delivery
+        return await commit_together(save)
     except IntegrityError:
         # The sender retried (or replayed) a delivery we have: acknowledge it again.
         existing = await WebhookDelivery.get_or_none(
@@ -121,6 +149,28 @@ async def accept_delivery(
         if existing is None:  # not a duplicate after all: let the error surface
             raise
         return existing
+
+
+async def _same_body_lately(
+    db: BaseDBAsyncClient, webhook_id: str, body: bytes, now: datetime
+) -> WebhookDelivery | None:
+    """A delivery of the same body accepted by this webhook within GITHUB_REPLAY_WINDOW."""
+    if db.capabilities.dialect == "postgres":
+        # Other API processes look for the same body now: one at a time, each after the
+        # previous one's insert committed (released with this transaction). SQLite has one
+        # writer, and this process's checks run one after another in the group commit.
+        digest = hashlib.sha256(webhook_id.encode() + b"\x00" + body).digest()
+        lock = int.from_bytes(digest[:8], "big", signed=True)
+        await db.execute_query("SELECT pg_advisory_xact_lock($1)", [lock])
+    # The (webhook_id, received_at) index bounds the rows compared to the window's.
+    return (
+        await WebhookDelivery.filter(
+            webhook_id=webhook_id, received_at__gte=now - GITHUB_REPLAY_WINDOW, body=body
+        )
+        .using_db(db)
+        .only(*LISTED_DELIVERY_FIELDS)  # not the body
+        .first()
+    )
 
 
 async def list_deliveries(project_id: str, webhook_id: str, limit: int) -> list[WebhookDelivery]:
