@@ -8,10 +8,14 @@ from typing import Any
 import pytest
 
 from libflow.api.errors import STATUS_BY_CODE
-from libflow.engine.definition import DEFAULT_TIMEOUT_SECONDS, InvalidWorkflow
+from libflow.engine.definition import (
+    DEFAULT_TIMEOUT_SECONDS,
+    MAX_TEMPLATE_TOKENS,
+    InvalidWorkflow,
+)
 from libflow.engine.node_fields import NODE_FIELDS
 from libflow.engine.nodes import NODE_HANDLERS
-from libflow.engine.validation import parse_definition
+from libflow.engine.validation import parse_definition, parse_definition_off_loop
 
 GREETING: dict[str, Any] = {
     "timeoutSeconds": 30,
@@ -414,3 +418,73 @@ def test_condition_edges_carry_when() -> None:
 
 def test_invalid_workflow_maps_to_400() -> None:
     assert STATUS_BY_CODE[InvalidWorkflow.code] == 400
+
+
+def nested(depth: int) -> Any:
+    """A value ``depth`` levels of arrays and objects deep."""
+    value: Any = "bottom"
+    for level in range(depth):
+        value = [value] if level % 2 else {"next": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    ("node", "field"),
+    [
+        ({"id": "deep", "type": "set_output", "name": "x", "value": nested(65)}, "value"),
+        (
+            {
+                "id": "deep",
+                "type": "input",
+                "name": "x",
+                "valueType": "array",
+                "default": nested(900),
+            },
+            "default",
+        ),
+        (
+            {"id": "deep", "type": "http_request", "url": "http://x.test", "json": nested(70)},
+            "json",
+        ),
+    ],
+)
+def test_a_value_nested_deeper_than_64_levels_is_refused_naming_its_node(
+    node: dict[str, Any], field: str
+) -> None:
+    [problem] = problems_of(with_nodes(node))
+    assert problem == {
+        "node": "deep",
+        "problem": f"field '{field}' is nested deeper than 64 levels",
+    }
+
+
+def test_a_value_nested_64_levels_deep_is_accepted() -> None:
+    node = {"id": "deep", "type": "set_output", "name": "x", "value": nested(64)}
+    assert parse_definition(with_nodes(node)).by_id["deep"].config["value"] == nested(64)
+
+
+def test_expressions_over_the_token_budget_are_refused_before_they_are_compiled() -> None:
+    per_node = MAX_TEMPLATE_TOKENS // 4  # "{{ a }}" is 5 tokens: 4 nodes of these are over
+    nodes = [
+        {"id": f"t{i}", "type": "template", "template": "{{ a }}" * (per_node // 5)}
+        for i in range(5)
+    ]
+    assert problems_of(with_nodes(*nodes)) == [
+        {
+            "node": "t4",
+            "problem": f"field 'template': the definition's expressions are over "
+            f"{MAX_TEMPLATE_TOKENS} tokens in all",
+        }
+    ]
+
+
+def test_expressions_within_the_token_budget_compile() -> None:
+    nodes = [
+        {"id": f"t{i}", "type": "template", "template": "{{ a }}" * (MAX_TEMPLATE_TOKENS // 25)}
+        for i in range(5)
+    ]
+    assert len(parse_definition(with_nodes(*nodes)).nodes) == 6
+
+
+async def test_a_definition_parses_off_the_event_loop_alike() -> None:
+    assert await parse_definition_off_loop(GREETING) == parse_definition(GREETING)

@@ -24,6 +24,11 @@ from libflow.engine import (
 )
 from libflow.engine.expressions import render
 from libflow.engine.render_budget import ExpressionError
+from libflow.engine.run_budget import (
+    MAX_NODE_RESULT_BYTES,
+    MAX_RUN_OUTPUTS_BYTES,
+    MAX_RUN_RECORD_BYTES,
+)
 
 
 class Library:
@@ -591,3 +596,59 @@ def test_expression_errors_name_the_problem() -> None:
 def test_dict_keys_win_over_dict_methods() -> None:
     assert render("{{ inputs.items }}", {"inputs": {"items": [1, 2]}}) == [1, 2]
     assert render("{{ inputs.keys }}", {"inputs": {"keys": "k"}}) == "k"
+
+
+# --- run budgets ---------------------------------------------------------------------------
+
+
+async def test_setting_an_output_again_counts_its_last_value_only(services: NodeServices) -> None:
+    third = MAX_RUN_OUTPUTS_BYTES // 3
+    big = f"{{{{ 'a' * {third} }}}}"
+    raw = chain(*(output("x", big, f"set{i}") for i in range(5)), output("y", big, "other"))
+    result = await run(raw, services)
+    assert result.success, result.error
+    assert result.outputs == {"x": "a" * third, "y": "a" * third}
+
+
+async def test_an_output_that_would_overflow_the_record_fails_its_node(
+    services: NodeServices,
+) -> None:
+    # Inputs come from a body of at most 1 MiB through the API; callers of the engine may
+    # pass more, and the record's limit still holds.
+    inputs = {"pad": "p" * (MAX_RUN_RECORD_BYTES - 100_000)}
+    result = await run(chain(output("x", "{{ 'a' * 200000 }}", "big")), services, inputs)
+    assert result.status == "failed" and result.error is not None
+    assert result.error.node == "big"
+    assert f"over its limit of {MAX_RUN_RECORD_BYTES} bytes" in result.error.message
+    assert result.outputs == {}
+
+
+async def test_a_library_result_over_a_nodes_limit_fails_its_node(
+    http: aiohttp.ClientSession,
+) -> None:
+    async def huge_text(file_id: str) -> dict[str, Any]:
+        return {"text": "t" * (MAX_NODE_RESULT_BYTES + 1), "name": "big.txt", "type": "txt"}
+
+    services = NodeServices(
+        http=http,
+        allow_private_addresses=False,
+        search_library=Library().search,
+        file_text=huge_text,
+    )
+    raw = chain({"id": "read", "type": "library_file_text", "fileId": "f1"})
+    result = await run(raw, services)
+    assert result.error is not None and result.error.node == "read"
+    assert f"over the limit of {MAX_NODE_RESULT_BYTES} bytes on a node's result" in (
+        result.error.message
+    )
+
+
+async def test_a_run_timing_out_inside_a_render_records_the_node_cancelled(
+    services: NodeServices,
+) -> None:
+    slow = "{% for i in range(500) %}{% for j in range(300) %}{{ j }}{% endfor %}{% endfor %}"
+    raw = chain({"id": "slow", "type": "template", "template": slow}, timeout=0.1)
+    result = await run(raw, services)
+    assert (result.status, result.status_code) == ("timed_out", 504)
+    assert result.error is not None and result.error.node == "slow"
+    assert result.timings["slow"].status == "cancelled"

@@ -25,6 +25,7 @@ from libflow.engine import ssrf
 from libflow.engine.ssrf import (
     RequestFailed,
     RequestRefused,
+    ResponseAllowance,
     forbidden_reason,
     guarded_fetch,
     system_resolve,
@@ -322,6 +323,46 @@ async def test_response_size_is_capped_while_streaming(http: aiohttp.ClientSessi
                     timeout_seconds=5,
                     allow_private=True,
                     max_bytes=1000,
+                )
+    finally:
+        await server.close()
+
+
+async def test_responses_share_their_runs_allowance_while_streaming(
+    http: aiohttp.ClientSession,
+) -> None:
+    async def declared(request: web.Request) -> web.Response:
+        return web.Response(body=b"x" * 2048)
+
+    async def streamed(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for _ in range(3):
+            await response.write(b"y" * 1024)
+        await response.write_eof()
+        return response
+
+    server = await serve({"/declared": declared, "/streamed": streamed})
+    allowance = ResponseAllowance(3000)
+    try:
+        fetched = await guarded_fetch(
+            http,
+            "GET",
+            str(server.make_url("/declared")),
+            timeout_seconds=5,
+            allow_private=True,
+            allowance=allowance,
+        )
+        assert len(fetched.body) == 2048 and allowance.left == 3000 - 2048
+        for path in ("/declared", "/streamed"):  # refused by its length, then while read
+            with pytest.raises(RequestFailed, match="over their limit of 3000 bytes in all"):
+                await guarded_fetch(
+                    http,
+                    "GET",
+                    str(server.make_url(path)),
+                    timeout_seconds=5,
+                    allow_private=True,
+                    allowance=allowance,
                 )
     finally:
         await server.close()

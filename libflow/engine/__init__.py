@@ -13,7 +13,7 @@ from libflow.engine.runner import (
     WorkflowRun,
     run_workflow,
 )
-from libflow.engine.validation import parse_definition
+from libflow.engine.validation import parse_definition, parse_definition_off_loop
 
 __all__ = [
     "Edge",
@@ -28,5 +28,6 @@ __all__ = [
     "WorkflowDefinition",
     "WorkflowRun",
     "parse_definition",
+    "parse_definition_off_loop",
     "run_workflow",
 ]

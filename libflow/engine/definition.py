@@ -17,6 +17,12 @@ DEFAULT_TIMEOUT_SECONDS: Final = 30
 MAX_TIMEOUT_SECONDS: Final = 300
 MAX_NODES: Final = 500
 MAX_EDGES: Final = 2000
+# Levels of nesting of a value: a field of a definition (refused at publish) or a value an
+# expression builds or converts (refused at run time), so nothing recurses without bound.
+MAX_VALUE_DEPTH: Final = 64
+# Tokens of all the expressions of a definition, as Jinja's lexer counts them (whitespace
+# too), counted before anything is compiled: compiling costs about 20 to 60 us a token.
+MAX_TEMPLATE_TOKENS: Final = 10_000
 VALUE_TYPES: Final = ("string", "number", "boolean", "object", "array")
 
 
@@ -51,6 +57,7 @@ class RunPlan:
 
     starts: tuple[Node, ...]
     waiting: Mapping[str, int]
+    id_chars: int = 0  # the length of all the node ids it can reach (their timings' keys)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +94,9 @@ class WorkflowDefinition:
                 node_id: sum(1 for edge in self.incoming[node_id] if edge.source in reached)
                 for node_id in reached
             }
-            plan = self._plans[event] = RunPlan(starts, MappingProxyType(waiting))
+            plan = self._plans[event] = RunPlan(
+                starts, MappingProxyType(waiting), sum(map(len, reached))
+            )
         return plan
 
     def _reachable(self, starts: Iterable[str]) -> set[str]:

@@ -1,4 +1,12 @@
-"""Expressions in workflow fields: Jinja2 in the sandbox, with native values for ``{{ x }}``."""
+"""Expressions in workflow fields: Jinja2 in the sandbox, with native values for ``{{ x }}``.
+
+Runs evaluate fields with ``evaluate``: what needs Jinja renders on a CPU thread
+(``libflow.engine.cpu_pool``), never on the event loop; plain lookups such as
+``{{ inputs.name }}`` of small values are answered inline, which costs far less than the
+hop to a thread and back. Over 400 lines: compiling (with the publish-time token budget),
+the inline fast path and the threaded render share the compiled-template cache and must
+agree on what each field renders to; the next addition here should split compiling off.
+"""
 
 from __future__ import annotations
 
@@ -12,19 +20,23 @@ from jinja2 import TemplateError, nodes
 from jinja2.environment import Template, TemplateExpression
 from jinja2.runtime import Undefined
 
+from libflow.engine.cpu_pool import off_loop
+from libflow.engine.definition import MAX_VALUE_DEPTH
 from libflow.engine.render_budget import (
+    MAX_TEXT_CHARS,
     ExpressionError,
+    RunAllowance,
     charge,
-    guard_template,
     render_budget,
     tick,
 )
-from libflow.engine.sandbox import ExpressionSandbox
+from libflow.engine.sandbox import ExpressionSandbox, guard_template
+from libflow.engine.value_size import text_size
 
-MAX_TEXT_CHARS = 1024 * 1024  # the rendered text of one templated string
 MAX_NATIVE_BYTES = 8 * 1024 * 1024  # a native value, measured as JSON would be
-MAX_NATIVE_DEPTH = 64
-_MARKERS = ("{{", "{%", "{#")
+# A looked-up value is copied inline (on the event loop) only while this small, as JSON.
+INLINE_NATIVE_BYTES = 4096
+_PLANS_KEPT = 4096
 _UNSUPPORTED = (nodes.Extends, nodes.Include, nodes.Import, nodes.FromImport)
 
 _env = ExpressionSandbox()
@@ -49,7 +61,7 @@ class _Compiled:
 
 def has_expressions(value: str) -> bool:
     """Whether a string holds any Jinja markup at all (plain strings skip the engine)."""
-    return any(marker in value for marker in _MARKERS)
+    return "{" in value and ("{{" in value or "{%" in value or "{#" in value)
 
 
 @functools.lru_cache(maxsize=2048)
@@ -68,14 +80,33 @@ def _compile(source: str, text_only: bool) -> _Compiled:
             expression = TemplateExpression(
                 _env.from_string(nodes.Template(body, lineno=1)), undefined_to_none=False
             )
-            return _Compiled(expression=expression, template=None, lookups=lookups)
-        return _Compiled(expression=None, template=_env.from_string(tree), lookups=lookups)
+            compiled = _Compiled(expression=expression, template=None, lookups=lookups)
+        else:
+            compiled = _Compiled(expression=None, template=_env.from_string(tree), lookups=lookups)
+        _remember_plan(source, text_only, compiled)
+        return compiled
     except TemplateError as err:
         line = getattr(err, "lineno", None)
         where = f" at line {line}" if line else ""
         raise ExpressionError(f"template syntax error{where}: {err.message}") from err
     except (RecursionError, MemoryError, SyntaxError) as err:
         raise ExpressionError("the template is nested too deeply to compile") from err
+
+
+# What the inline path knows of each compiled source: its lookups (and whether its value is
+# native), or None when it needs Jinja. A source not in here has not been compiled yet:
+# compiling is CPU work too, so it happens on a CPU thread, and the next run goes inline.
+_PLANS: dict[tuple[str, bool], tuple[tuple[str | Path, ...], bool] | None] = {}
+
+
+def _remember_plan(source: str, text_only: bool, compiled: _Compiled) -> None:
+    """Note how the inline path may answer a compiled source."""
+    if len(_PLANS) >= _PLANS_KEPT:
+        _PLANS.clear()  # rebuilt as sources are rendered again
+    plan = None
+    if compiled.lookups is not None:
+        plan = (compiled.lookups, compiled.expression is not None)
+    _PLANS[(source, text_only)] = plan
 
 
 def _single_expression(source: str, tree: nodes.Template) -> nodes.Expr | None:
@@ -160,8 +191,10 @@ def _render_lookups(
             value = _look_up(part, context)
             if value is _MISSING:
                 return _MISSING
-            text = value if isinstance(value, str) else str(value)  # as _finalize does
             tick()
+            if not isinstance(value, str):  # as _finalize does
+                text_size(value, mode="str", limit=MAX_TEXT_CHARS, what="an output")
+            text = value if isinstance(value, str) else str(value)
             charge(len(text), what="an output")
         size += len(text)
         if size > MAX_TEXT_CHARS:
@@ -170,48 +203,175 @@ def _render_lookups(
     return "".join(texts)
 
 
-def check_syntax(source: str) -> str | None:
-    """The syntax problem of a templated string, or None when it compiles."""
+def check_syntax(source: str, *, text_only: bool = False) -> str | None:
+    """The syntax problem of a templated string, or None when it compiles.
+
+    Compiled in the mode its field renders in: ``text_only`` for template nodes.
+    """
     if not has_expressions(source):
         return None
     try:
-        _compile(source, False)
-        _compile(source, True)
+        _compile(source, text_only)
     except ExpressionError as err:
         return str(err)
     return None
 
 
+def count_tokens(source: str, limit: int) -> int:
+    """The tokens Jinja's lexer finds in a templated string, counted up to ``limit`` + 1.
+
+    Compiling costs in proportion to a template's tokens, and far more than lexing them:
+    a definition's tokens are counted (and bounded) before anything is compiled.
+    """
+    if not has_expressions(source):
+        return 0
+    count = 0
+    try:
+        for _token in _env.lex(source):
+            count += 1
+            if count > limit:
+                break
+    except TemplateError:
+        pass  # compiling reports the syntax error
+    return count
+
+
 def render(value: Any, context: Mapping[str, Any]) -> Any:
-    """Render every string inside ``value`` (dicts and lists too); ``{{ x }}`` keeps x's type."""
+    """Render every string inside ``value`` (dicts and lists too); ``{{ x }}`` keeps x's type.
+
+    On the calling thread: runs use ``evaluate``, which keeps Jinja off the event loop.
+    """
     with render_budget():
-        return _render(value, context, text_only=False)
+        return _render(value, context, text_only=False, depth=0)
 
 
 def render_text(source: str, context: Mapping[str, Any]) -> str:
-    """Render a template to text, even when it is a single expression."""
+    """Render a template to text, even when it is a single expression (calling thread)."""
     with render_budget():
-        result = _render(source, context, text_only=True)
+        result = _render(source, context, text_only=True, depth=0)
     assert isinstance(result, str)
     return result
 
 
-def _render(value: Any, context: Mapping[str, Any], *, text_only: bool) -> Any:
+async def evaluate(
+    value: Any, context: Mapping[str, Any], *, run: RunAllowance, text_only: bool = False
+) -> Any:
+    """Render a field of a run, within ``run``'s allowance (RunOutOfTime past its timeout).
+
+    Inline when it is plain lookups of small values, on a CPU thread otherwise.
+    """
+    quick = _render_inline(value, context, text_only, 0, run)
+    if quick is not _MISSING:
+        return quick
+    return await off_loop(_render_within, value, context, text_only, run)
+
+
+def _render_within(
+    value: Any, context: Mapping[str, Any], text_only: bool, run: RunAllowance
+) -> Any:
+    """Render on a CPU thread with a fresh budget within the run's allowance."""
+    with render_budget(run):
+        return _render(value, context, text_only=text_only, depth=0)
+
+
+def _render_inline(
+    value: Any, context: Mapping[str, Any], text_only: bool, depth: int, run: RunAllowance
+) -> Any:
+    """The rendered value when no part of it needs Jinja nor much work, else _MISSING."""
+    if isinstance(value, str):
+        if not has_expressions(value):
+            return value
+        plan = _PLANS.get((value, text_only))
+        if plan is None:
+            return _MISSING
+        lookups, native = plan
+        return _inline_lookups(lookups, context, native=native, run=run)
+    if depth >= MAX_VALUE_DEPTH:
+        return _MISSING
+    if isinstance(value, Mapping):
+        rendered: dict[str, Any] = {}
+        for key, item in value.items():
+            result = rendered[key] = _render_inline(item, context, text_only, depth + 1, run)
+            if result is _MISSING:
+                return _MISSING
+        return rendered
+    if isinstance(value, list | tuple):
+        items = []
+        for item in value:
+            result = _render_inline(item, context, text_only, depth + 1, run)
+            if result is _MISSING:
+                return _MISSING
+            items.append(result)
+        return items
+    return value
+
+
+def _is_scalar(value: Any) -> bool:
+    """Whether a value is JSON text, a finite number, a boolean or null."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or type(value) in (str, int, bool)
+
+
+def _inline_lookups(
+    lookups: tuple[str | Path, ...],
+    context: Mapping[str, Any],
+    *,
+    native: bool,
+    run: RunAllowance,
+) -> Any:
+    """Lookups answered inline: scalars, and small containers as a native value."""
+    if native:
+        [path] = lookups
+        assert isinstance(path, tuple)
+        value = _look_up(path, context)
+        if value is _MISSING or _is_scalar(value):
+            return value
+        try:
+            return _to_json(value, [INLINE_NATIVE_BYTES], 0)
+        except ExpressionError:
+            return _MISSING  # too big to copy here, or not JSON: the thread says which
+    texts: list[str] = []
+    size = 0
+    for part in lookups:
+        if isinstance(part, str):
+            text = part
+        else:
+            value = _look_up(part, context)
+            if value is _MISSING or not _is_scalar(value):
+                return _MISSING
+            text = value if isinstance(value, str) else str(value)  # as _finalize does
+        size += len(text)
+        if size > MAX_TEXT_CHARS:
+            return _MISSING
+        texts.append(text)
+    run.spend_chars(size)
+    return "".join(texts)
+
+
+def _render(value: Any, context: Mapping[str, Any], *, text_only: bool, depth: int) -> Any:
     """Render one value of a definition within the current budget."""
     if isinstance(value, str):
         if not has_expressions(value):
             return value
         return _render_string(value, context, text_only=text_only)
+    if depth >= MAX_VALUE_DEPTH:
+        raise ExpressionError(f"the value is nested deeper than {MAX_VALUE_DEPTH} levels")
     if isinstance(value, Mapping):
-        return {key: _render(item, context, text_only=text_only) for key, item in value.items()}
+        return {
+            key: _render(item, context, text_only=text_only, depth=depth + 1)
+            for key, item in value.items()
+        }
     if isinstance(value, list | tuple):
-        return [_render(item, context, text_only=text_only) for item in value]
+        return [_render(item, context, text_only=text_only, depth=depth + 1) for item in value]
     return value
 
 
 def _render_string(source: str, context: Mapping[str, Any], *, text_only: bool) -> Any:
     """Evaluate one templated string."""
     compiled = _compile(source, text_only)
+    if (source, text_only) not in _PLANS:
+        _remember_plan(source, text_only, compiled)  # compiled before the plans were cleared
     if compiled.lookups is not None:
         native = compiled.expression is not None
         rendered = _render_lookups(compiled.lookups, context, native=native)
@@ -266,8 +426,8 @@ def _spend(budget: list[int], size: int) -> None:
 
 def _to_json(value: Any, budget: list[int], depth: int) -> Any:
     """Copy one level of a native value into JSON types."""
-    if depth > MAX_NATIVE_DEPTH:
-        raise ExpressionError(f"the value is nested deeper than {MAX_NATIVE_DEPTH} levels")
+    if depth > MAX_VALUE_DEPTH:
+        raise ExpressionError(f"the value is nested deeper than {MAX_VALUE_DEPTH} levels")
     if value is None or isinstance(value, bool):
         _spend(budget, 5)
         return value

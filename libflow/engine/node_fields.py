@@ -8,8 +8,14 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from libflow.engine.definition import MAX_TIMEOUT_SECONDS, VALUE_TYPES, value_matches
-from libflow.engine.expressions import check_syntax, has_expressions
+from libflow.engine.definition import (
+    MAX_TEMPLATE_TOKENS,
+    MAX_TIMEOUT_SECONDS,
+    MAX_VALUE_DEPTH,
+    VALUE_TYPES,
+    value_matches,
+)
+from libflow.engine.expressions import check_syntax, count_tokens, has_expressions
 
 HTTP_METHODS: Final = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 _ABSENT: Final = object()
@@ -142,6 +148,20 @@ def accepts(kinds: tuple[str, ...], value: Any) -> bool:
     return kind in kinds or (kind == "integer" and "number" in kinds)
 
 
+def nested_too_deeply(value: Any, limit: int = MAX_VALUE_DEPTH) -> bool:
+    """Whether a value holds more than ``limit`` levels of arrays and objects (iteratively)."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if not isinstance(item, dict | list):
+            continue
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        pending.extend((child, depth + 1) for child in children)
+    return False
+
+
 def _strings_in(value: Any, path: str) -> Iterator[tuple[str, str]]:
     """Every string inside a value with its path, e.g. ``json.items[0].name``."""
     if isinstance(value, str):
@@ -155,10 +175,14 @@ def _strings_in(value: Any, path: str) -> Iterator[tuple[str, str]]:
 
 
 class Problems:
-    """The problems found so far, each naming its node (or None)."""
+    """The problems found so far, each naming its node (or None).
+
+    It also keeps the expression tokens the definition may still hold (MAX_TEMPLATE_TOKENS).
+    """
 
     def __init__(self) -> None:
         self.items: list[dict[str, Any]] = []
+        self.tokens_left = MAX_TEMPLATE_TOKENS
 
     def add(self, node: str | None, problem: str) -> None:
         """Record one problem."""
@@ -193,6 +217,9 @@ def parse_fields(
                 config[name] = copy.deepcopy(spec.default)
             continue
         value = raw[name]
+        if nested_too_deeply(value):
+            problems.add(node_id, f"field '{name}' is nested deeper than {MAX_VALUE_DEPTH} levels")
+            continue
         # A templated number or boolean field may hold an expression instead (checked at run).
         expression = spec.templated and isinstance(value, str) and not accepts(spec.kinds, value)
         if expression and not has_expressions(value):
@@ -207,16 +234,33 @@ def parse_fields(
             problems.add(node_id, f"field '{name}' {reason}")
             continue
         if spec.templated:
-            for path, text in _strings_in(value, name):
-                syntax = check_syntax(text)
-                if syntax is not None:
-                    problems.add(node_id, f"field '{path}': {syntax}")
+            _check_expressions(node_id, node_type, name, value, problems)
         config[name] = value
     if node_type == "http_request" and isinstance(config.get("method"), str):
         config["method"] = config["method"].upper()
     if node_type == "input":
         _check_input_default(node_id, config, problems)
     return config
+
+
+def _check_expressions(
+    node_id: str, node_type: str, name: str, value: Any, problems: Problems
+) -> None:
+    """Check the syntax of a field's expressions, within the definition's token budget."""
+    for path, text in _strings_in(value, name):
+        if problems.tokens_left < 0:
+            return  # over the budget already: compiling more would cost what it guards
+        problems.tokens_left -= count_tokens(text, problems.tokens_left)
+        if problems.tokens_left < 0:
+            problems.add(
+                node_id,
+                f"field '{path}': the definition's expressions are over "
+                f"{MAX_TEMPLATE_TOKENS} tokens in all",
+            )
+            return
+        syntax = check_syntax(text, text_only=node_type == "template")
+        if syntax is not None:
+            problems.add(node_id, f"field '{path}': {syntax}")
 
 
 def _check_input_default(node_id: str, config: dict[str, Any], problems: Problems) -> None:

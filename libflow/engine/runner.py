@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from libflow.engine.definition import Edge, Node, WorkflowDefinition, value_matches
 from libflow.engine.nodes import INSTANT_TYPES, NodeFailure, NodeServices, RunState, run_node
+from libflow.engine.render_budget import RunOutOfTime
+from libflow.engine.run_budget import TIMING_RECORD_BYTES, RunBudget, clip_message
 from libflow.errors import LibflowError
 from libflow.ids import iso, utcnow
 
@@ -146,7 +148,10 @@ class WorkflowRun:
         self.definition = definition
         self.event = event
         self.state = RunState(
-            event=event, inputs=check_inputs(definition, inputs), services=services
+            event=event,
+            inputs=check_inputs(definition, inputs),
+            services=services,
+            budget=RunBudget(timings_bytes=len(plan.waiting) * TIMING_RECORD_BYTES + plan.id_chars),
         )
         self.status: RunStatus = "running"
         self.error: RunError | None = None
@@ -188,10 +193,11 @@ class WorkflowRun:
         if self.started_date is not None:
             raise RuntimeError("a WorkflowRun executes once")
         self.started_date = utcnow()
+        self.state.budget.start(self.definition.timeout_seconds)
         try:
             async with asyncio.timeout(self.definition.timeout_seconds):
                 await self._walk()
-        except TimeoutError:
+        except (TimeoutError, RunOutOfTime):  # RunOutOfTime: a render noticed it first
             if self.status != "running":  # it failed just as time ran out
                 return self.result()
             running = [node_id for node_id, t in self.timings.items() if t.status == "cancelled"]
@@ -237,6 +243,9 @@ class WorkflowRun:
         except NodeFailure as failure:
             failure.node_id = node.id
             self._mark(node.id, "failed")
+            raise
+        except (asyncio.CancelledError, RunOutOfTime):
+            self._mark(node.id, "cancelled")  # stopped by the run's end, not failed
             raise
         self._mark(node.id, "succeeded")
         return output
@@ -290,7 +299,9 @@ class WorkflowRun:
             self._end(
                 "failed",
                 failure.status_code,
-                RunError(code="NODE_FAILED", node=failure.node_id, message=failure.message),
+                RunError(
+                    code="NODE_FAILED", node=failure.node_id, message=clip_message(failure.message)
+                ),
             )
         finally:
             await self._cancel(tasks)

@@ -40,6 +40,26 @@ class RequestFailed(Exception):
     """The request was attempted and failed: connection, timeout, size, redirects."""
 
 
+class ResponseAllowance:
+    """The response bytes a run's requests may still read, all of them together."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.left = limit
+
+    def check(self, size: int) -> None:
+        """RequestFailed when ``size`` more bytes would pass the limit (nothing taken)."""
+        if size > self.left:
+            raise RequestFailed(
+                f"the run's HTTP responses would be over their limit of {self.limit} bytes in all"
+            )
+
+    def take(self, size: int) -> None:
+        """Take ``size`` bytes read; RequestFailed past the limit."""
+        self.check(size)
+        self.left -= size
+
+
 @dataclass(frozen=True, slots=True)
 class FetchedResponse:
     """A response read in full (within the size cap)."""
@@ -140,8 +160,12 @@ async def guarded_fetch(
     max_bytes: int = MAX_RESPONSE_BYTES,
     max_redirects: int = MAX_REDIRECTS,
     resolve: Resolve = system_resolve,
+    allowance: ResponseAllowance | None = None,
 ) -> FetchedResponse:
-    """Send a request after checking where it goes; follow redirects checking each hop."""
+    """Send a request after checking where it goes; follow redirects checking each hop.
+
+    Every body read (redirects' too) is taken from ``allowance`` as it arrives.
+    """
     url = check_url(raw_url)
     send_headers = CIMultiDict(
         (key, value)
@@ -156,7 +180,7 @@ async def guarded_fetch(
                     url.raw_host or "", url.port or 0, allow_private=allow_private, resolve=resolve
                 )
                 response = await _send(
-                    session, method, url, addresses, send_headers, body, max_bytes
+                    session, method, url, addresses, send_headers, body, max_bytes, allowance
                 )
                 location = response.headers.get("location")
                 if response.status not in REDIRECT_STATUSES or not location:
@@ -182,6 +206,7 @@ async def _send(
     headers: CIMultiDict[str],
     body: Any,
     max_bytes: int,
+    allowance: ResponseAllowance | None,
 ) -> FetchedResponse:
     """One request to the first checked address that accepts a connection."""
     host = url.raw_host or ""
@@ -200,7 +225,7 @@ async def _send(
                 server_hostname=tls_name,
                 timeout=aiohttp.ClientTimeout(total=None),
             ) as response:
-                content = await _read_capped(response, max_bytes)
+                content = await _read_capped(response, max_bytes, allowance)
                 return FetchedResponse(
                     status=response.status,
                     headers=_flat_headers(response.headers),
@@ -217,16 +242,23 @@ async def _send(
     raise RequestFailed(f"cannot connect to {host}: {last_error}")
 
 
-async def _read_capped(response: aiohttp.ClientResponse, max_bytes: int) -> bytes:
-    """The body, refused as soon as it passes ``max_bytes``."""
-    if response.content_length is not None and response.content_length > max_bytes:
-        raise RequestFailed(f"the response body is over {max_bytes} bytes")
+async def _read_capped(
+    response: aiohttp.ClientResponse, max_bytes: int, allowance: ResponseAllowance | None
+) -> bytes:
+    """The body, refused as soon as it passes ``max_bytes`` or the run's ``allowance``."""
+    if response.content_length is not None:
+        if response.content_length > max_bytes:
+            raise RequestFailed(f"the response body is over {max_bytes} bytes")
+        if allowance is not None:
+            allowance.check(response.content_length)
     chunks: list[bytes] = []
     size = 0
     async for chunk in response.content.iter_chunked(64 * 1024):
         size += len(chunk)
         if size > max_bytes:
             raise RequestFailed(f"the response body is over {max_bytes} bytes")
+        if allowance is not None:
+            allowance.take(len(chunk))
         chunks.append(chunk)
     return b"".join(chunks)
 

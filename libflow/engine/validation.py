@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from libflow.engine.cpu_pool import off_loop
 from libflow.engine.definition import (
     DEFAULT_TIMEOUT_SECONDS,
     MAX_EDGES,
@@ -211,6 +212,11 @@ def parse_definition(raw: Any) -> WorkflowDefinition:
         incoming=MappingProxyType(_adjacent(by_id, edges, lambda edge: edge.target)),
         input_nodes=tuple(node for node in by_id.values() if node.type == "input"),
     )
+
+
+async def parse_definition_off_loop(raw: Any) -> WorkflowDefinition:
+    """``parse_definition`` on a CPU thread: compiling a definition's expressions is CPU work."""
+    return await off_loop(parse_definition, raw)
 
 
 def _adjacent(

@@ -11,7 +11,7 @@ from tortoise.exceptions import IntegrityError
 from tortoise.transactions import in_transaction
 
 from libflow.db.fast_reads import FastReads
-from libflow.engine import WorkflowDefinition, parse_definition
+from libflow.engine import WorkflowDefinition, parse_definition_off_loop
 from libflow.errors import NotFound
 from libflow.ids import possible_id
 from libflow.models import Workflow, WorkflowVersion
@@ -21,7 +21,8 @@ async def create_workflow(
     project_id: str, name: str, definition: dict[str, Any]
 ) -> tuple[Workflow, WorkflowVersion]:
     """A workflow with its first version; the definition is validated first."""
-    parse_definition(definition)
+    # Compiling a definition is CPU work (up to about a second at the compile budget).
+    await parse_definition_off_loop(definition)
     async with in_transaction() as connection:
         workflow = await Workflow.create(project_id=project_id, name=name, using_db=connection)
         version = await WorkflowVersion.create(
@@ -44,7 +45,7 @@ async def publish_version(
     project_id: str, workflow_id: str, definition: dict[str, Any]
 ) -> WorkflowVersion:
     """The next numbered version; two concurrent publishes get two numbers."""
-    parse_definition(definition)
+    await parse_definition_off_loop(definition)
     workflow = await get_workflow(project_id, workflow_id)
     for _ in range(5):
         number = workflow.latest_version + 1
@@ -95,22 +96,10 @@ def _version_number(version: str) -> int:
     return -1  # int() would also read " 1", "01" or "1_0": none of them names a version
 
 
-def definition_of(version: WorkflowVersion) -> WorkflowDefinition:
-    """The parsed definition of a stored version (it was valid when published).
-
-    Versions never change, so each is parsed once per process (the most recent few
-    hundred are kept): parsing costs more than running a small workflow.
-    """
-    key = (version.workflow_id, version.number)  # workflow ids are random: unique anywhere
-    parsed = _PARSED.get(key)
-    if parsed is None:
-        return _parse_once(key, version.definition)
-    _PARSED.move_to_end(key)
-    return parsed
-
-
-def _parse_once(key: tuple[str, int], definition: dict[str, Any]) -> WorkflowDefinition:
-    parsed = _PARSED[key] = parse_definition(definition)
+async def _parse_once(key: tuple[str, int], definition: dict[str, Any]) -> WorkflowDefinition:
+    """Parse a stored version (it was valid when published) and keep it: versions never
+    change, and parsing costs more than running a small workflow."""
+    parsed = _PARSED[key] = await parse_definition_off_loop(definition)
     if len(_PARSED) > _PARSED_KEPT:
         _PARSED.popitem(last=False)
     return parsed
@@ -150,5 +139,5 @@ async def find_run_target(
         else:
             stored = await WorkflowVersion.get(workflow_id=workflow_id, number=found.number)
             definition = stored.definition
-        parsed = _parse_once(key, definition)
+        parsed = await _parse_once(key, definition)
     return RunTarget(workflow_id, project_id, found.number, parsed)

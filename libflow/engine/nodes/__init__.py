@@ -9,6 +9,7 @@ from typing import Any, Final
 from libflow.engine.definition import Node
 from libflow.engine.nodes import flow, http, library, text
 from libflow.engine.nodes.state import NodeFailure, NodeServices, RunState
+from libflow.engine.render_budget import RunOutOfTime
 from libflow.errors import LibflowError
 
 __all__ = ["INSTANT_TYPES", "NODE_HANDLERS", "NodeFailure", "NodeServices", "RunState", "run_node"]
@@ -29,20 +30,33 @@ NODE_HANDLERS: Final[Mapping[str, NodeHandler]] = {
     "respond": flow.run_respond,
     "fail": flow.run_fail,
 }
-# These never wait on anything: the runner runs them inline instead of in a task of their own.
+# These never wait on I/O (at most on a CPU thread rendering a field): the runner runs them
+# inline instead of in a task of their own.
 INSTANT_TYPES: Final = frozenset(
     {"event", "input", "set_output", "template", "condition", "respond", "fail"}
 )
 
 
 async def run_node(node: Node, state: RunState) -> dict[str, Any]:
-    """Run one node; every failure of its own becomes a NodeFailure."""
+    """Run one node; every failure of its own becomes a NodeFailure (logged, no traceback).
+
+    RunOutOfTime passes through: the run's timeout passed, which the runner reports.
+    """
     try:
         return await NODE_HANDLERS[node.type](node, state)
-    except NodeFailure:
+    except RunOutOfTime:
+        raise
+    except NodeFailure as failure:
+        _log_failure(node, failure.message)
         raise
     except LibflowError as err:
+        _log_failure(node, err.message)
         raise NodeFailure(err.message) from err
     except Exception as err:
         logger.exception("node %s (%s) crashed", node.id, node.type)
         raise NodeFailure(f"internal error in a {node.type} node") from err
+
+
+def _log_failure(node: Node, message: str) -> None:
+    """A node failed for a reason of its own (its input, its limits): one line, no traceback."""
+    logger.info("node %s (%s) failed: %.300s", node.id, node.type, message)

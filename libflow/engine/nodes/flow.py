@@ -27,15 +27,17 @@ async def run_input(node: Node, state: RunState) -> dict[str, Any]:
 
 
 async def run_set_output(node: Node, state: RunState) -> dict[str, Any]:
-    """Set one of the run's outputs."""
-    value = field_value(node, state, "value")
-    state.outputs[node.config["name"]] = value
+    """Set one of the run's outputs (measured against the run's limits before it is kept)."""
+    name = node.config["name"]
+    value = await field_value(node, state, "value")
+    await state.budget.set_output(name, value, state.inputs)
+    state.outputs[name] = value
     return {"value": value}
 
 
 async def run_condition(node: Node, state: RunState) -> dict[str, Any]:
     """Decide a branch: a native value by its truth, text only as "true" or "false"."""
-    value = field_value(node, state, "if")
+    value = await field_value(node, state, "if")
     if isinstance(value, str):
         word = value.strip().lower()
         if word not in {"true", "false", ""}:
@@ -46,18 +48,18 @@ async def run_condition(node: Node, state: RunState) -> dict[str, Any]:
 
 async def run_delay(node: Node, state: RunState) -> dict[str, Any]:
     """Wait; the run's timeout still applies."""
-    seconds = number_field(node, state, "seconds", 0, MAX_TIMEOUT_SECONDS)
+    seconds = await number_field(node, state, "seconds", 0, MAX_TIMEOUT_SECONDS)
     await asyncio.sleep(seconds)
     return {"seconds": seconds}
 
 
 async def run_respond(node: Node, state: RunState) -> dict[str, Any]:
     """Set the status code a successful run answers with."""
-    state.status_code = int_field(node, state, "statusCode", 200, 599)
+    state.status_code = await int_field(node, state, "statusCode", 200, 599)
     return {"statusCode": state.status_code}
 
 
 async def run_fail(node: Node, state: RunState) -> dict[str, Any]:
     """Fail the run with a message and a status code."""
-    status_code = int_field(node, state, "statusCode", 400, 599)
-    raise NodeFailure(text_field(node, state, "message"), status_code=status_code)
+    status_code = await int_field(node, state, "statusCode", 400, 599)
+    raise NodeFailure(await text_field(node, state, "message"), status_code=status_code)

@@ -11,8 +11,9 @@ from typing import Any
 import aiohttp
 
 from libflow.engine.definition import Node
-from libflow.engine.expressions import render
-from libflow.engine.render_budget import ExpressionError
+from libflow.engine.expressions import evaluate
+from libflow.engine.render_budget import ExpressionError, RunOutOfTime
+from libflow.engine.run_budget import RunBudget
 
 SearchLibrary = Callable[[str, int], Awaitable[list[dict[str, Any]]]]
 FileText = Callable[[str], Awaitable[dict[str, Any]]]
@@ -48,47 +49,69 @@ class RunState:
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     outputs: dict[str, Any] = field(default_factory=dict)
     status_code: int = 200
+    budget: RunBudget = field(default_factory=RunBudget)
 
     def expression_context(self) -> dict[str, Any]:
         """The names expressions see: inputs, nodes (results so far) and event."""
         return {"inputs": self.inputs, "nodes": self.results, "event": self.event}
 
 
-def field_value(node: Node, state: RunState, name: str) -> Any:
-    """A field of the node with its expressions rendered."""
+async def field_value(node: Node, state: RunState, name: str, *, text: bool = False) -> Any:
+    """A field of the node with its expressions rendered (as text when ``text``).
+
+    RunOutOfTime passes through: the run timed out, the node did not fail.
+    """
     try:
-        return render(node.config[name], state.expression_context())
+        return await evaluate(
+            node.config[name],
+            state.expression_context(),
+            run=state.budget.renders,
+            text_only=text,
+        )
+    except RunOutOfTime:
+        raise
     except ExpressionError as err:
         raise NodeFailure(f"field '{name}': {err}") from None
 
 
-def text_field(node: Node, state: RunState, name: str) -> str:
+async def text_field(node: Node, state: RunState, name: str) -> str:
     """A rendered field as text (a native non-string value is written as JSON)."""
-    value = field_value(node, state, name)
+    value = await field_value(node, state, name)
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def int_field(node: Node, state: RunState, name: str, low: int, high: int) -> int:
+async def int_field(node: Node, state: RunState, name: str, low: int, high: int) -> int:
     """A rendered field that must be an integer within [low, high]."""
-    value = field_value(node, state, name)
+    value = await field_value(node, state, name)
     if isinstance(value, str):
         with contextlib.suppress(ValueError):
             value = int(value.strip())
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise NodeFailure(f"field '{name}' must be an integer from {low} to {high}, not {value!r}")
+        raise NodeFailure(
+            f"field '{name}' must be an integer from {low} to {high}, not {_shown(value)}"
+        )
     return value
 
 
-def number_field(node: Node, state: RunState, name: str, low: float, high: float) -> float:
+async def number_field(node: Node, state: RunState, name: str, low: float, high: float) -> float:
     """A rendered field that must be a number within [low, high]."""
-    value = field_value(node, state, name)
+    value = await field_value(node, state, name)
     if isinstance(value, str):
         with contextlib.suppress(ValueError):
             value = float(value.strip())
     if not isinstance(value, int | float) or isinstance(value, bool) or not low <= value <= high:
         raise NodeFailure(
-            f"field '{name}' must be a number from {low:g} to {high:g}, not {value!r}"
+            f"field '{name}' must be a number from {low:g} to {high:g}, not {_shown(value)}"
         )
     return float(value)
+
+
+def _shown(value: Any) -> str:
+    """A value as a message shows it: its repr, cut short (it may be megabytes)."""
+    if isinstance(value, str) and len(value) > 100:
+        return repr(value[:100]) + "..."
+    if isinstance(value, dict | list):
+        return f"a {type(value).__name__}"
+    return repr(value)

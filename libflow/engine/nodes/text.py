@@ -5,14 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from libflow.engine.definition import Node
-from libflow.engine.expressions import render_text
-from libflow.engine.nodes.state import NodeFailure, RunState
-from libflow.engine.render_budget import ExpressionError
+from libflow.engine.nodes.state import RunState, field_value
 
 
 async def run_template(node: Node, state: RunState) -> dict[str, Any]:
-    """Render a template to text."""
-    try:
-        return {"text": render_text(node.config["template"], state.expression_context())}
-    except ExpressionError as err:
-        raise NodeFailure(f"field 'template': {err}") from None
+    """Render a template to text (on a CPU thread unless it is plain lookups)."""
+    text = await field_value(node, state, "template", text=True)
+    state.budget.hold(len(text) + 12, "the template's text")
+    return {"text": text}
