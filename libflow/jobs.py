@@ -2,7 +2,8 @@
 
 Jobs are queued by a name from ``Job``; the functions behind the names live in
 ``workers/`` (the one package that may import them), and ``workers.worker`` checks at
-start that every name has its function.
+start that every name has its function. In-process jobs wait for a slot in their ``Lane``,
+so a long job (a large file) never holds up a short one (a webhook delivery, a small file).
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from arq.connections import ArqRedis, RedisSettings
 from arq.worker import Retry
@@ -41,6 +42,47 @@ class Job(StrEnum):
 
 
 JobFunctions = Mapping[Job, JobFunction]
+
+
+class Lane(StrEnum):
+    """Where an in-process job waits for a slot: each lane has slots of its own."""
+
+    # Webhook deliveries and the periodic sweeps: short, and someone is waiting for them.
+    DELIVERIES = "deliveries"
+    # Processing of small files.
+    FILES = "files"
+    # Processing of large files, and re-embedding: long, CPU-bound, one at a time.
+    LARGE_FILES = "large_files"
+
+
+# The lane of each job, unless its function chooses one per call (``chooses_lane``).
+LANE_OF_JOB: Final[Mapping[Job, Lane]] = {
+    Job.PROCESS_FILE: Lane.FILES,
+    Job.RECOVER_STUCK_FILES: Lane.DELIVERIES,
+    Job.REMOVE_ABANDONED_UPLOADS: Lane.DELIVERIES,
+    Job.REEMBED_STALE_CHUNKS: Lane.LARGE_FILES,
+    Job.DELIVER_WEBHOOKS: Lane.DELIVERIES,
+    Job.SWEEP_DELIVERIES: Lane.DELIVERIES,
+}
+# Slots of the large-files lane; the others have LIBFLOW_JOB_CONCURRENCY each.
+LARGE_FILE_SLOTS: Final = 1
+
+LaneChooser = Callable[..., Awaitable[Lane]]
+_LANE_CHOOSER = "__libflow_lane_chooser__"
+_Function = TypeVar("_Function", bound=JobFunction)
+
+
+def chooses_lane(chooser: LaneChooser) -> Callable[[_Function], _Function]:
+    """Run the decorated job function in the lane ``chooser(*args)`` picks (in-process jobs).
+
+    The function itself is returned unchanged (arq and the Job checks see it as it is).
+    """
+
+    def mark(function: _Function) -> _Function:
+        setattr(function, _LANE_CHOOSER, chooser)
+        return function
+
+    return mark
 
 
 def check_job_functions(functions: JobFunctions) -> None:
@@ -98,12 +140,20 @@ class ArqJobQueue:
 
 
 class InProcessJobQueue:
-    """Jobs run as tasks on the server's loop, with arq's retry semantics."""
+    """Jobs run as tasks on the server's loop, with arq's retry semantics, in lanes.
+
+    Each lane has its own slots (``concurrency`` each, LARGE_FILE_SLOTS for large files), so
+    four large files take one slot of their lane and deliveries and small files go on.
+    """
 
     def __init__(self, functions: JobFunctions, context: JobContext, concurrency: int) -> None:
         self._functions = functions
         self.context = context
-        self._slots = asyncio.Semaphore(concurrency)
+        self._lanes = {
+            Lane.DELIVERIES: asyncio.Semaphore(concurrency),
+            Lane.FILES: asyncio.Semaphore(concurrency),
+            Lane.LARGE_FILES: asyncio.Semaphore(LARGE_FILE_SLOTS),
+        }
         self._tasks: set[asyncio.Task[None]] = set()
         self._queued_ids: set[str] = set()
 
@@ -116,16 +166,30 @@ class InProcessJobQueue:
             if job_id in self._queued_ids:
                 return
             self._queued_ids.add(job_id)
-        task = asyncio.create_task(self._run(self._functions[job], args, job_id or job.value))
+        task = asyncio.create_task(self._run(job, args, job_id or job.value))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, job: JobFunction, args: tuple[Any, ...], job_id: str) -> None:
+    async def lane_of(self, job: Job, args: tuple[Any, ...]) -> Lane:
+        """The lane ``job(*args)`` waits in: its function's choice, else LANE_OF_JOB."""
+        chooser: LaneChooser | None = getattr(self._functions[job], _LANE_CHOOSER, None)
+        if chooser is None:
+            return LANE_OF_JOB[job]
+        try:
+            return await chooser(*args)
+        except Exception as err:
+            # The job itself meets the same fault (a database away) and reports it.
+            logger.warning("job %s: could not choose its lane: %r", job.value, err)
+            return LANE_OF_JOB[job]
+
+    async def _run(self, name: Job, args: tuple[Any, ...], job_id: str) -> None:
         # Once started, the same id may be queued again: what it was queued for may
         # already be behind this job (a delivery committed after its last claim).
         self._queued_ids.discard(job_id)
+        job = self._functions[name]
+        slots = self._lanes[await self.lane_of(name, args)]
         for job_try in range(1, MAX_TRIES + 1):
-            async with self._slots:
+            async with slots:
                 try:
                     await job({**self.context, "job_try": job_try, "job_id": job_id}, *args)
                     return

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import unicodedata
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
 
+from libflow.library.processing.budgets import BudgetExceeded
 from libflow.library.processing.chunking import Chunk, chunk_segments, count_tokens
 from libflow.library.processing.extract import Segment, extract_text
+from libflow.library.processing.stored_text import join_passages
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -128,3 +131,26 @@ def test_bad_budgets_are_refused(max_tokens: int, overlap_tokens: int) -> None:
         chunk_segments(
             [Segment("text", None)], max_tokens=max_tokens, overlap_tokens=overlap_tokens
         )
+
+
+def test_more_chunks_than_the_budget_stop_at_the_first_one_over(
+    hundred_pages: list[Segment], small_chunks: list[Chunk]
+) -> None:
+    with pytest.raises(BudgetExceeded, match=f"more than {len(small_chunks) - 1:,} passages"):
+        chunk_segments(
+            hundred_pages, max_tokens=120, overlap_tokens=20, max_chunks=len(small_chunks) - 1
+        )
+    assert (
+        chunk_segments(
+            hundred_pages, max_tokens=120, overlap_tokens=20, max_chunks=len(small_chunks)
+        )
+        == small_chunks
+    )
+
+
+def test_the_passages_of_a_text_join_back_into_it(hundred_pages: list[Segment]) -> None:
+    # What library_file_text answers for a file processed before its text was stored.
+    chunks = chunk_segments(hundred_pages, max_tokens=120, overlap_tokens=20)
+    joined = join_passages([(chunk.text, chunk.page) for chunk in chunks])
+    pages = [" ".join(segment.text.split()) for segment in hundred_pages if segment.text.strip()]
+    assert joined.split("\n\n") == [unicodedata.normalize("NFKC", page) for page in pages]

@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import codecs
 import tracemalloc
+import zipfile
 from pathlib import Path
 
 import pytest
 
+from libflow.library.processing.budgets import (
+    MAX_PAGES,
+    MAX_TEXT_CHARS,
+    MAX_XML_BYTES,
+    MAX_XML_TAGS,
+    MAX_ZIP_ENTRIES,
+    MIB,
+    BudgetExceeded,
+)
 from libflow.library.processing.extract import (
     MAX_TEXT_BYTES,
     Extraction,
@@ -15,6 +25,16 @@ from libflow.library.processing.extract import (
     Segment,
     decode_text,
     extract_text,
+)
+from tests.hostile.hostile_files import (
+    DOCUMENT_XML,
+    NOISE_HEX,
+    blank_pdf,
+    docx_with,
+    empty_paragraphs_docx,
+    long_text,
+    paragraphs,
+    pptx_listing_slides,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -222,3 +242,76 @@ def test_turkish_cp1254_is_not_read_as_cp1252() -> None:
 def test_cyrillic_cp1251_is_detected() -> None:
     text = "Привет мир, как у тебя дела сегодня?"  # noqa: RUF001
     assert decode_text(text.encode("cp1251")) == text
+
+
+# --- budgets: what is actually inflated, read, and extracted (tests/hostile/hostile_files.py) ---
+
+
+def write(tmp_path: Path, name: str, data: bytes) -> Path:
+    """``data`` as a file named ``name`` in ``tmp_path``."""
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def test_xml_with_more_tags_than_the_budget_is_refused_while_inflating(tmp_path: Path) -> None:
+    bomb = write(tmp_path, "bomb.docx", empty_paragraphs_docx(6 * (MAX_XML_TAGS + MIB)))
+    with pytest.raises(ExtractionError, match=f"its XML holds more than {MAX_XML_TAGS:,} tags"):
+        extract_text(bomb, "docx")
+
+
+def test_xml_inflating_past_its_byte_budget_is_refused(tmp_path: Path) -> None:
+    big = write(tmp_path, "big.docx", docx_with(DOCUMENT_XML, long_text(MAX_XML_BYTES + MIB)))
+    with pytest.raises(ExtractionError, match="its XML inflates to more than 64 MiB"):
+        extract_text(big, "docx")
+
+
+def test_xml_is_counted_by_its_content_whatever_its_name(tmp_path: Path) -> None:
+    hidden = docx_with("word/media/image1.bin", paragraphs(6 * (MAX_XML_TAGS + MIB)))
+    with pytest.raises(ExtractionError, match="its XML holds more than"):
+        extract_text(write(tmp_path, "hidden.docx", hidden), "docx")
+
+
+def test_utf16_xml_is_counted_as_xml(tmp_path: Path) -> None:
+    markup = paragraphs(6 * (MAX_XML_TAGS + MIB), noise=2 * NOISE_HEX)
+    utf16 = (chunk.decode().encode("utf-16-le") for chunk in markup)
+    wide = docx_with("customXml/item1.xml", (b"\xff\xfe", *utf16))
+    with pytest.raises(ExtractionError, match="its XML holds more than"):
+        extract_text(write(tmp_path, "wide.docx", wide), "docx")
+
+
+def test_text_over_the_text_budget_is_refused(tmp_path: Path) -> None:
+    text = tmp_path / "long.txt"
+    with text.open("wb") as file:
+        file.truncate(MAX_TEXT_CHARS + 1)  # sparse
+    with pytest.raises(BudgetExceeded, match=f"more than {MAX_TEXT_CHARS:,} characters"):
+        extract_text(text, "txt")
+
+
+def test_a_pdf_over_the_page_budget_is_refused(tmp_path: Path) -> None:
+    pdf = write(tmp_path, "pages.pdf", blank_pdf(MAX_PAGES + 1))
+    with pytest.raises(BudgetExceeded, match=f"the pdf has more than {MAX_PAGES:,} pages"):
+        extract_text(pdf, "pdf")
+
+
+def test_a_pptx_over_the_slide_budget_is_refused_before_its_slides_are_read(
+    tmp_path: Path,
+) -> None:
+    deck = write(tmp_path, "deck.pptx", pptx_listing_slides(MAX_PAGES + 1))
+    with pytest.raises(BudgetExceeded, match=f"the pptx has more than {MAX_PAGES:,} slides"):
+        extract_text(deck, "pptx")
+
+
+def test_a_pdf_at_the_page_budget_is_read(tmp_path: Path) -> None:
+    pdf = write(tmp_path, "pages.pdf", blank_pdf(MAX_PAGES))
+    assert extract_text(pdf, "pdf").pages == MAX_PAGES
+
+
+def test_a_package_of_more_entries_than_the_budget_is_refused(tmp_path: Path) -> None:
+    many = (f"<w:p>{n}</w:p>".encode() for n in range(MAX_ZIP_ENTRIES + 1))
+    path = tmp_path / "many.docx"
+    with zipfile.ZipFile(path, "w") as package:
+        for n, entry in enumerate(many):
+            package.writestr(f"word/part{n}.xml", entry)
+    with pytest.raises(ExtractionError, match=f"more than {MAX_ZIP_ENTRIES} entries"):
+        extract_text(path, "docx")

@@ -9,8 +9,9 @@ from typing import Any
 
 from arq.worker import Retry
 
+from libflow import appkeys
 from libflow.ids import utcnow
-from libflow.jobs import InProcessJobQueue, Job
+from libflow.jobs import LANE_OF_JOB, InProcessJobQueue, Job, Lane, chooses_lane
 from libflow.models import LibraryFile
 from libflow.resources import RESOURCES
 from tests.conftest import (
@@ -19,10 +20,12 @@ from tests.conftest import (
     Shape,
     base_settings,
     create_record,
+    fixture_bytes,
     new_project,
     put_bytes,
     wait_until_processed,
 )
+from tests.library_helpers import eventually
 from tests.private_redis import PrivateRedis
 from workers.library import remove_abandoned_uploads
 
@@ -112,3 +115,78 @@ async def test_the_server_starts_while_redis_is_down_and_recovers(
     assert response.status == 200
     processed = await wait_until_processed(api, created["documentId"])
     assert processed["processing"]["status"] == "done"
+
+
+async def test_a_long_job_in_its_lane_holds_up_no_other_lane() -> None:
+    gate = asyncio.Event()
+    ran: list[str] = []
+
+    async def large_lane(*args: Any) -> Lane:
+        return Lane.LARGE_FILES
+
+    @chooses_lane(large_lane)
+    async def process_file(ctx: dict[str, Any], name: str) -> None:
+        ran.append(name)
+        await gate.wait()
+
+    async def deliver_webhooks(ctx: dict[str, Any]) -> None:
+        ran.append("delivery")
+
+    async def remove_abandoned_uploads(ctx: dict[str, Any]) -> None:
+        ran.append("sweep")
+
+    functions = {
+        Job.PROCESS_FILE: process_file,
+        Job.DELIVER_WEBHOOKS: deliver_webhooks,
+        Job.REMOVE_ABANDONED_UPLOADS: remove_abandoned_uploads,
+    }
+    queue = InProcessJobQueue(functions, {}, concurrency=4)
+    for name in ("big1", "big2", "big3"):
+        await queue.enqueue(Job.PROCESS_FILE, name)
+    await queue.enqueue(Job.DELIVER_WEBHOOKS)
+    await queue.enqueue(Job.REMOVE_ABANDONED_UPLOADS)
+
+    await eventually(lambda: {"delivery", "sweep"} <= set(ran), "the short jobs ran")
+    assert [name for name in ran if name.startswith("big")] == ["big1"]  # one slot
+    gate.set()
+    await queue.join()
+    assert [name for name in ran if name.startswith("big")] == ["big1", "big2", "big3"]
+
+
+async def test_a_lane_that_cannot_be_chosen_is_the_jobs_default() -> None:
+    async def broken(*args: Any) -> Lane:
+        raise ConnectionError("the database is away")
+
+    ran: list[str] = []
+
+    @chooses_lane(broken)
+    async def process_file(ctx: dict[str, Any], name: str) -> None:
+        ran.append(name)
+
+    queue = InProcessJobQueue({Job.PROCESS_FILE: process_file}, {}, concurrency=1)
+    assert await queue.lane_of(Job.PROCESS_FILE, ("a",)) == LANE_OF_JOB[Job.PROCESS_FILE]
+    await queue.enqueue(Job.PROCESS_FILE, "a")
+    await queue.join()
+    assert ran == ["a"]
+
+
+async def test_large_documents_are_processed_in_the_large_files_lane(api: Api) -> None:
+    from libflow.library.processing.budgets import LARGE_DOCUMENT_BYTES
+    from libflow.library.processing.pipeline import lane_of_file
+
+    queue = api.client.app[appkeys.JOBS] if api.client.app else None
+    assert isinstance(queue, InProcessJobQueue)
+    big = await api.upload(
+        b"x " * (LARGE_DOCUMENT_BYTES // 2), name="big.txt", file_type="txt", prevent_search=True
+    )
+    small = await api.upload(b"x " * 100, name="small.txt", file_type="txt")
+    photo = await api.upload(
+        fixture_bytes("thumb_photo.jpg") + b"\0" * LARGE_DOCUMENT_BYTES,
+        name="photo.jpg",
+        file_type="jpg",
+    )
+    assert await lane_of_file(big["id"]) is Lane.LARGE_FILES
+    assert await lane_of_file(small["id"]) is Lane.FILES
+    assert await lane_of_file(photo["id"]) is Lane.FILES  # images: thumbnails only
+    assert await queue.lane_of(Job.PROCESS_FILE, (big["id"],)) is Lane.LARGE_FILES
+    await api.run_jobs()

@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from libflow.jobs import Job
+from libflow.jobs import InProcessJobQueue, Job, chooses_lane
 from libflow.library import files, reembed
 from libflow.library.processing import pipeline
 from libflow.resources import job_resources
 
 
+@chooses_lane(pipeline.lane_of_file)
 async def process_file(ctx: dict[str, Any], file_id: str) -> None:
     """Download, extract, chunk, embed, index and thumbnail one finalized file."""
     resources = job_resources(ctx)
@@ -19,6 +20,8 @@ async def process_file(ctx: dict[str, Any], file_id: str) -> None:
         storage=resources.storage,
         embedder=resources.embedder,
         job_try=int(ctx.get("job_try", 1)),
+        # In-process jobs: this server is the only process that runs any.
+        sole_runner=isinstance(resources.jobs, InProcessJobQueue),
     )
 
 

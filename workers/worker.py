@@ -28,6 +28,7 @@ from libflow.jobs import (
     redis_settings,
     serialize_job,
 )
+from libflow.library.processing.isolation import ChildCrashed, start_preparation_server
 from libflow.library.processing.pipeline import PROCESS_FILE_TIMEOUT
 from libflow.resources import RESOURCES, open_resources
 from libflow.schedule import PERIODIC_JOBS
@@ -81,6 +82,12 @@ async def startup(ctx: dict[str, Any]) -> None:
     await stack.__aenter__()
     ctx[_EXIT_STACK] = stack
     ctx[RESOURCES] = await stack.enter_async_context(open_resources(settings))
+    # Its libraries load now, not while the first file waits (about a second); should it
+    # fail, the first file tries again and counts a crash, and every other job runs.
+    try:
+        await start_preparation_server()
+    except ChildCrashed as err:
+        logger.warning("the preparation server did not start: %s", err)
     # As the server does (libflow.app): keep start-up's objects, the embedding model above
     # all, out of the cyclic GC's full collections, each a pause of every running job.
     gc.freeze()

@@ -17,3 +17,8 @@ def document_key(project_id: str, file_id: str, file_type: str) -> str:
 def thumbnail_key(project_id: str, file_id: str) -> str:
     """Where a file's WEBP thumbnail is stored."""
     return f"{THUMBNAIL_ROOT}/{project_id}/{file_id}.webp"
+
+
+def text_key(project_id: str, file_id: str) -> str:
+    """Where a document's extracted text is stored (UTF-8), for library_file_text."""
+    return f"extractedText/{project_id}/{file_id}.txt"

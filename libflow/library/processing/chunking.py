@@ -11,10 +11,11 @@ from __future__ import annotations
 import re
 import unicodedata
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
+from libflow.library.processing.budgets import BudgetExceeded
 from libflow.library.processing.extract import Segment
 
 _CJK = "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0003ffff"
@@ -50,13 +51,18 @@ def count_tokens(text: str) -> int:
 
 
 def chunk_segments(
-    segments: Sequence[Segment], *, max_tokens: int = 500, overlap_tokens: int = 50
+    segments: Sequence[Segment],
+    *,
+    max_tokens: int = 500,
+    overlap_tokens: int = 50,
+    max_chunks: int | None = None,
 ) -> list[Chunk]:
     """Chunks of at most ``max_tokens``, each sharing up to ``overlap_tokens`` with the last.
 
     A chunk never crosses segments, so it keeps its page; it breaks only between words
     (except inside a single run of over ``max_tokens`` tokens), preferring a sentence end
     in the second half of its budget; whitespace in its text is collapsed to single spaces.
+    More than ``max_chunks`` raise BudgetExceeded as soon as the first one too many is cut.
     """
     if max_tokens < 1 or not 0 <= overlap_tokens < max_tokens:
         raise ValueError("need max_tokens >= 1 and 0 <= overlap_tokens < max_tokens")
@@ -64,6 +70,11 @@ def chunk_segments(
     for segment in segments:
         words = _split_words(segment.text, max_tokens)
         for text in _windows(words, max_tokens, overlap_tokens):
+            if max_chunks is not None and len(chunks) >= max_chunks:
+                raise BudgetExceeded(
+                    f"the text makes more than {max_chunks:,} passages, more than one file "
+                    "may index"
+                )
             chunks.append(Chunk(text, segment.page, len(chunks)))
     return chunks
 
@@ -110,24 +121,22 @@ def _add_long_word(words: _Words, word: str, cost: int, max_tokens: int) -> None
     words.stop[-1] = _stop_after(word)
 
 
-def _windows(words: _Words, max_tokens: int, overlap_tokens: int) -> list[str]:
+def _windows(words: _Words, max_tokens: int, overlap_tokens: int) -> Iterator[str]:
     """The chunk texts over ``words``: greedy windows, backed off to a sentence or line end."""
     count = len(words.text)
     prefix = [0, *accumulate(words.cost)]  # prefix[i] = tokens in words[:i]
-    texts: list[str] = []
     start = end = 0
     while start < count:
         previous_end = end
         end = bisect_right(prefix, prefix[start] + max_tokens, lo=start + 1) - 1
         if end < count:
             end = _back_off(words, prefix, start, end, max(start + 1, previous_end + 1))
-        texts.append(_join(words, start, end))
+        yield _join(words, start, end)
         if end >= count:
             break
         # The next window starts as far back as the overlap budget allows, but always
         # past this one's start.
         start = bisect_left(prefix, prefix[end] - overlap_tokens, lo=start + 1, hi=end)
-    return texts
 
 
 def _back_off(words: _Words, prefix: list[int], start: int, end: int, lowest: int) -> int:

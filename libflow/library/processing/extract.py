@@ -3,11 +3,14 @@
 Pure and synchronous: the worker runs it in a thread or process on a local temp file.
 A corrupt, encrypted or hostile file raises `ExtractionError`, whose message is shown to
 the user; anything else that escapes (a missing temp file, say) is the worker's fault.
+A little over 400 lines: one reader per file type, each beside the budget checks it
+applies while reading (see ``budgets``); the next file type added should split it by type.
 """
 
 from __future__ import annotations
 
 import codecs
+import re
 import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
@@ -31,14 +34,21 @@ from pptx.shapes.graphfrm import GraphicFrame
 from pptx.shapes.group import GroupShape
 from pptx.table import Table
 
+from libflow.library.processing.budgets import (
+    MAX_PAGES,
+    MAX_TEXT_CHARS,
+    MAX_TEXT_FILE_BYTES,
+    MAX_UNZIPPED_BYTES,
+    MAX_XML_BYTES,
+    MAX_XML_TAGS,
+    MAX_ZIP_ENTRIES,
+    MAX_ZIP_RATIO,
+    MIB,
+    BudgetExceeded,
+)
 from libflow.library.processing.pdfium import PDFIUM_LOCK
 
-MIB = 1024 * 1024
-MAX_TEXT_BYTES = 64 * MIB  # txt/csv past this fail rather than index a silent prefix
-MAX_PDF_PAGES = 10_000
-MAX_ZIP_ENTRIES = 10_000
-MAX_UNZIPPED_BYTES = 256 * MIB
-MAX_ZIP_RATIO = 200  # for entries over 1 MiB; real office XML compresses about 5-30:1
+MAX_TEXT_BYTES = MAX_TEXT_FILE_BYTES  # the name tests and callers have known it by
 FILE_TYPES = frozenset({"pdf", "docx", "pptx", "txt", "csv"})
 
 
@@ -68,6 +78,9 @@ _OFFICE_ERRORS = (
     EOFError,
     NotImplementedError,
 )
+# libxml2's XML_ERR_NO_MEMORY, the code lxml gives a parse that ran out of memory (under the
+# child's address-space limit): a budget, not a damaged file.
+_XML_NO_MEMORY = 2
 _NOTES_CHROME = {
     PP_PLACEHOLDER.SLIDE_IMAGE,
     PP_PLACEHOLDER.SLIDE_NUMBER,
@@ -97,17 +110,38 @@ class ExtractionError(Exception):
     """Corrupt, encrypted or hostile file; str(err) is a clear user-facing message."""
 
 
+class _TextBudget:
+    """The characters extracted so far: the first ones past MAX_TEXT_CHARS stop extraction."""
+
+    __slots__ = ("used",)
+
+    def __init__(self) -> None:
+        self.used = 0
+
+    def take(self, text: str) -> str:
+        """``text``, counted; BudgetExceeded once the file's text goes over the budget."""
+        self.used += len(text)
+        if self.used > MAX_TEXT_CHARS:
+            raise BudgetExceeded(
+                f"the file holds more than {MAX_TEXT_CHARS:,} characters of text, "
+                "more than one file may index"
+            )
+        return text
+
+
 def extract_text(path: Path, file_type: str) -> Extraction:
     """The text of the file at ``path``, read as ``file_type`` (pdf, docx, pptx, txt, csv)."""
     if file_type not in FILE_TYPES:
         raise ValueError(f"no text extractor for file type {file_type!r}")
+    budget = _TextBudget()
     if file_type == "pdf":
-        return _extract_pdf(path)
+        return _extract_pdf(path, budget)
     if file_type == "docx":
-        return _extract_docx(path)
+        return _extract_docx(path, budget)
     if file_type == "pptx":
-        return _extract_pptx(path)
-    return Extraction([Segment(_clean(decode_text(_read_text_bytes(path))), None)], None)
+        return _extract_pptx(path, budget)
+    text = budget.take(decode_text(_read_text_bytes(path)))
+    return Extraction([Segment(_clean(text), None)], None)
 
 
 def _clean(text: str) -> str:
@@ -118,7 +152,7 @@ def _clean(text: str) -> str:
 # -- pdf ----------------------------------------------------------------------------------
 
 
-def _extract_pdf(path: Path) -> Extraction:
+def _extract_pdf(path: Path, budget: _TextBudget) -> Extraction:
     """One segment per page; a page with no text layer (a scan) gives an empty segment."""
     with PDFIUM_LOCK:
         try:
@@ -129,9 +163,12 @@ def _extract_pdf(path: Path) -> Extraction:
             raise ExtractionError("the pdf is damaged or not a pdf") from err
         try:
             count = len(document)
-            if count > MAX_PDF_PAGES:
-                raise ExtractionError(f"the pdf has more than {MAX_PDF_PAGES} pages")
-            pages = [Segment(_clean(_pdf_page_text(document, i)), i + 1) for i in range(count)]
+            if count > MAX_PAGES:
+                raise BudgetExceeded(f"the pdf has more than {MAX_PAGES:,} pages")
+            pages = [
+                Segment(_clean(budget.take(_pdf_page_text(document, i))), i + 1)
+                for i in range(count)
+            ]
         except pdfium.PdfiumError as err:
             raise ExtractionError("the pdf is damaged and its text cannot be read") from err
         finally:
@@ -168,13 +205,57 @@ def _check_office_zip(path: Path, label: str) -> None:
             _check_zip_entries(archive.infolist(), label)
             # zipfile stops an entry at its declared size, but python-docx reads each entry
             # in one call that first inflates all of it (a 1 KiB claim over 50 KiB of
-            # deflate costs 130 MB): inflate once here in bounded steps to prove the sizes.
+            # deflate costs 130 MB): inflate once here in bounded steps to prove the sizes,
+            # counting what actually comes out against the budgets.
+            inflated = _Inflated(label)
             for entry in archive.infolist():
                 with archive.open(entry) as stream:
-                    while stream.read(MIB):
-                        pass
+                    first = True
+                    while chunk := stream.read(MIB):
+                        inflated.add(chunk, first=first)
+                        first = False
     except (zipfile.BadZipFile, zlib.error, ValueError, EOFError, NotImplementedError) as err:
         raise ExtractionError(f"not a valid {label} file") from err
+
+
+# XML as the parsers accept it: after a byte-order mark and whitespace (UTF-16 and UTF-32
+# put NULs between), a "<".
+_XML_START = re.compile(rb"\A(?:\xef\xbb\xbf|\xff\xfe|\xfe\xff)?[\s\x00]*<")
+
+
+class _Inflated:
+    """What a package's entries inflated to, as read: refuses a bomb at the first chunk over.
+
+    An entry is counted as XML when its first bytes are XML, whatever its name: the office
+    libraries parse a part by its declared content type, not by its file name.
+    """
+
+    __slots__ = ("bomb", "in_xml", "tags", "total", "xml")
+
+    def __init__(self, label: str) -> None:
+        self.bomb = f"the {label} file looks like a zip bomb"
+        self.total = self.xml = self.tags = 0
+        self.in_xml = False
+
+    def add(self, chunk: bytes, *, first: bool) -> None:
+        """Count one chunk read from an entry (``first``: the entry's first chunk)."""
+        self.total += len(chunk)
+        if self.total > MAX_UNZIPPED_BYTES:
+            raise ExtractionError(
+                f"{self.bomb}: it unpacks to more than {MAX_UNZIPPED_BYTES // MIB} MiB"
+            )
+        if first:
+            self.in_xml = _XML_START.match(chunk) is not None
+        if not self.in_xml:
+            return
+        self.xml += len(chunk)
+        self.tags += chunk.count(b"<")
+        if self.xml > MAX_XML_BYTES:
+            raise ExtractionError(
+                f"{self.bomb}: its XML inflates to more than {MAX_XML_BYTES // MIB} MiB"
+            )
+        if self.tags > MAX_XML_TAGS:
+            raise ExtractionError(f"{self.bomb}: its XML holds more than {MAX_XML_TAGS:,} tags")
 
 
 def _check_zip_entries(entries: list[zipfile.ZipInfo], label: str) -> None:
@@ -191,18 +272,25 @@ def _check_zip_entries(entries: list[zipfile.ZipInfo], label: str) -> None:
             raise ExtractionError(f"not a valid {label} file: it holds encrypted entries")
 
 
-def _extract_docx(path: Path) -> Extraction:
+def _raise_if_out_of_memory(err: Exception) -> None:
+    """Raise MemoryError for an XML parse that failed for want of memory."""
+    if isinstance(err, SyntaxError) and getattr(err, "code", None) == _XML_NO_MEMORY:
+        raise MemoryError("the XML parser ran out of memory") from err
+
+
+def _extract_docx(path: Path, budget: _TextBudget) -> Extraction:
     """The body in order (paragraphs, headings, tables), then the headers and footers."""
     _check_office_zip(path, "docx")
     try:
         document = docx.Document(str(path))
-        body = "\n".join(_docx_blocks(document.element.body))
+        body = "\n".join(map(budget.take, _docx_blocks(document.element.body)))
         margins = [
-            "\n".join(_docx_blocks(part.element))
+            "\n".join(map(budget.take, _docx_blocks(part.element)))
             for part in document.part.package.iter_parts()
             if isinstance(part, HeaderPart | FooterPart)
         ]
     except _OFFICE_ERRORS as err:
+        _raise_if_out_of_memory(err)
         raise ExtractionError("not a valid docx file") from err
     segments = [Segment(_clean(body), None)]
     segments += [Segment(_clean(text), None) for text in dict.fromkeys(margins) if text.strip()]
@@ -250,11 +338,13 @@ def _docx_runs(element: Any) -> Iterator[str]:
             yield from _docx_runs(child)
 
 
-def _extract_pptx(path: Path) -> Extraction:
+def _extract_pptx(path: Path, budget: _TextBudget) -> Extraction:
     """One segment per slide: its shapes' text, tables and speaker notes."""
     _check_office_zip(path, "pptx")
     try:
         presentation = pptx.Presentation(str(path))
+        if len(presentation.slides) > MAX_PAGES:
+            raise BudgetExceeded(f"the pptx has more than {MAX_PAGES:,} slides")
         segments = []
         for number, slide in enumerate(presentation.slides, start=1):
             texts = list(_shape_texts(slide.shapes))
@@ -265,8 +355,10 @@ def _extract_pptx(path: Path) -> Extraction:
                     for shape in notes
                     if not (shape.is_placeholder and shape.placeholder_format.type in _NOTES_CHROME)
                 )
-            segments.append(Segment(_clean("\n".join(t for t in texts if t.strip())), number))
+            text = budget.take("\n".join(t for t in texts if t.strip()))
+            segments.append(Segment(_clean(text), number))
     except _OFFICE_ERRORS as err:
+        _raise_if_out_of_memory(err)
         raise ExtractionError("not a valid pptx file") from err
     return Extraction(segments, len(segments))
 

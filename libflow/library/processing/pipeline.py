@@ -1,52 +1,116 @@
 """Processing a finalized file: download, extract, chunk, embed, index, thumbnail; and recovery.
 
-The job functions in ``workers.library`` call these; the CPU-bound steps run off the loop.
+The job functions in ``workers.library`` call these. The CPU-bound steps run in a child
+process under the file's budgets (``isolation``); the job holds a lease on its file (its
+``updated_at``, refreshed every HEARTBEAT_SECONDS, with ``attempts`` as the fencing token), so
+recovery never hands a running file to a second job.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import tempfile
+from collections import Counter
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from arq.worker import Retry
 
 from libflow.ids import iso, utcnow
-from libflow.jobs import Job, JobQueue
+from libflow.jobs import Job, JobQueue, Lane
 from libflow.library.embeddings.interface import Embedder, EmbeddingError
 from libflow.library.filetypes import DOCUMENT_TYPES
+from libflow.library.processing.budgets import (
+    HEARTBEAT_SECONDS,
+    LARGE_DOCUMENT_BYTES,
+    LOST_JOB_AFTER,
+    MAX_TEXT_FILE_BYTES,
+    MIB,
+    PROCESSING_SECONDS,
+    STUCK_AFTER,
+    BudgetExceeded,
+)
+from libflow.library.processing.budgets import MAX_ATTEMPTS as MAX_ATTEMPTS
 from libflow.library.processing.extract import ExtractionError
-from libflow.library.processing.prepare import prepare_file
+from libflow.library.processing.isolation import ChildCrashed, PreparationFailed, prepare_in_child
 from libflow.library.processing.thumbnails import ThumbnailError
 from libflow.library.search import remove_file_index, write_file_index
 from libflow.models import LibraryFile, ProcessingStatus
 from libflow.storage import Storage, StorageError
-from libflow.storage.keys import thumbnail_key
+from libflow.storage.keys import text_key, thumbnail_key
 
 logger = logging.getLogger("libflow.workers.files")
 
-# Longer than a job may run (PROCESS_FILE_TIMEOUT): a file still "processing" after this
-# lost its worker.
-STUCK_AFTER = timedelta(minutes=20)
-PROCESS_FILE_TIMEOUT = 15 * 60
-MAX_ATTEMPTS = 3
+# arq's time limit of the job: the pipeline's own PROCESSING_SECONDS ends it first.
+PROCESS_FILE_TIMEOUT = PROCESSING_SECONDS + 60
 _RETRY_TRIES = 4
+_TEXT_TYPES = frozenset({"txt", "csv"})
+TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
+
+# Files this process is processing right now (and how many of its jobs are at each: two,
+# briefly, when one took a file over from another): a second job for one of them (a
+# start-up resume, a duplicate queue entry) leaves it alone.
+_RUNNING_HERE: Counter[str] = Counter()
 
 
 class _Failed(Exception):
     """Processing ends as failed with this user-facing message."""
 
 
+class _LeaseLost(Exception):
+    """Another job took the file over (this one's lease expired), or the file was deleted."""
+
+
+async def lane_of_file(file_id: str) -> Lane:
+    """The in-process lane a file's processing waits in: large documents have their own."""
+    row = await LibraryFile.filter(id=file_id).first().values("file_type", "size")
+    if row and row["file_type"] in DOCUMENT_TYPES and row["size"] >= LARGE_DOCUMENT_BYTES:
+        return Lane.LARGE_FILES
+    return Lane.FILES
+
+
 async def _save(file: LibraryFile, *fields: str, **steps: bool) -> None:
-    """Record progress: the given fields plus a timestamp for each named step."""
+    """Record progress (fields, a timestamp per named step), fenced by the file's lease.
+
+    Only the job whose claim set ``attempts`` may write: _LeaseLost once another job has
+    claimed the file (or it was deleted).
+    """
     if steps:
         now = iso(utcnow()) or ""
         file.steps = {**file.steps, **dict.fromkeys(steps, now)}
         fields = (*fields, "steps")
-    await file.save(update_fields=[*fields, "updated_at"])
+    file.updated_at = utcnow()
+    changes = {name: getattr(file, name) for name in (*fields, "updated_at")}
+    if not await LibraryFile.filter(id=file.id, attempts=file.attempts).update(**changes):
+        raise _LeaseLost(file.id)
+
+
+@contextlib.asynccontextmanager
+async def _heartbeat(file: LibraryFile) -> AsyncIterator[None]:
+    """Refresh the file's lease every HEARTBEAT_SECONDS while the block runs."""
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+            try:
+                await _save(file)
+            except _LeaseLost:
+                return  # the pipeline's next save finds out too, and stops
+            except Exception as err:
+                # The database is away for a moment: the lease has STUCK_AFTER to spare.
+                logger.warning("file %s: heartbeat failed: %r", file.id, err)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.wait([task])  # unlike awaiting it, never swallows our own cancellation
 
 
 async def _download(storage: Storage, key: str, target: Path) -> tuple[str, int]:
@@ -65,46 +129,123 @@ async def _download(storage: Storage, key: str, target: Path) -> tuple[str, int]
 
 
 async def process_file(
-    file_id: str, *, storage: Storage, embedder: Embedder | None, job_try: int
+    file_id: str,
+    *,
+    storage: Storage,
+    embedder: Embedder | None,
+    job_try: int,
+    sole_runner: bool = False,
 ) -> None:
     """Download, extract, chunk, embed, index and thumbnail one finalized file.
 
-    Raises arq's Retry (both job shapes honour it) after a transient fault.
+    ``sole_runner``: no other process runs jobs (the embedded server), so a file left
+    "processing" by no job of this process lost its job, however fresh its lease.
+    Raises arq's Retry (both job shapes honour it) after a transient fault or a crash.
     """
-    file = await LibraryFile.get_or_none(id=file_id)
-    if file is None or file.finalized_at is None or file.status == ProcessingStatus.DONE:
-        return  # deleted, never finalized, or already processed: nothing to do
-    if file.status == ProcessingStatus.PROCESSING and file.attempts >= MAX_ATTEMPTS:
-        # Each earlier attempt died with its worker (a start-up or a redelivery brings it
-        # back): the file itself may be what kills workers, so it is not tried again.
-        await _finish(file, error=_interrupted(file.attempts))
+    file = await _claim(file_id, sole_runner=sole_runner)
+    if file is None:
         return
+    _RUNNING_HERE[file.id] += 1
+    try:
+        async with _heartbeat(file):
+            await _process_claimed(file, storage, embedder, job_try)
+    except _LeaseLost:
+        logger.warning("file %s: another job took it over; this one stops", file_id)
+    finally:
+        _RUNNING_HERE[file.id] -= 1
+        if _RUNNING_HERE[file.id] <= 0:
+            del _RUNNING_HERE[file.id]
+
+
+async def _claim(file_id: str, *, sole_runner: bool) -> LibraryFile | None:
+    """Take the file for this job (attempts + 1), or None when it is not this job's to do."""
+    file = await LibraryFile.get_or_none(id=file_id)
+    if file is None or file.finalized_at is None:
+        return None  # deleted, or never finalized
+    if file.status in (ProcessingStatus.DONE, ProcessingStatus.FAILED):
+        return None  # processed already: a finalize of a failed file resets it to pending
+    if file.status == ProcessingStatus.PROCESSING:
+        if file.id in _RUNNING_HERE:
+            return None  # a job of this process is at it
+        if not sole_runner and file.updated_at > utcnow() - STUCK_AFTER:
+            return None  # a job of another worker holds a live lease on it
+        if file.attempts >= MAX_ATTEMPTS:
+            # Each earlier attempt died with its worker (a start-up or a redelivery brings it
+            # back): the file itself may be what kills workers, so it is not tried again.
+            with contextlib.suppress(_LeaseLost):
+                await _finish(file, error=_interrupted(file.attempts))
+            return None
+    now = utcnow()
+    steps = {**file.steps, "started": iso(now) or ""}
+    claimed = await LibraryFile.filter(
+        id=file.id, status=file.status, attempts=file.attempts
+    ).update(
+        status=ProcessingStatus.PROCESSING, attempts=file.attempts + 1, steps=steps, updated_at=now
+    )
+    if not claimed:
+        return None  # another job claimed it first
     file.status = ProcessingStatus.PROCESSING
     file.attempts += 1
-    await _save(file, "status", "attempts", started=True)
+    file.steps = steps
+    file.updated_at = now
+    return file
+
+
+async def _process_claimed(
+    file: LibraryFile, storage: Storage, embedder: Embedder | None, job_try: int
+) -> None:
+    """Run the pipeline within its time budget and record how it ended."""
     try:
-        await _run_pipeline(file, storage, embedder)
-    except _Failed as err:
-        await _finish(file, error=str(err))
+        async with asyncio.timeout(PROCESSING_SECONDS) as clock:
+            await _run_pipeline(file, storage, embedder)
+    except TimeoutError as err:
+        if clock.expired():
+            await _fail(file, storage, f"processing took longer than {PROCESSING_SECONDS} s")
+            return
+        logger.exception("file %s: processing failed", file.id)
+        await _fail(file, storage, f"processing failed unexpectedly ({type(err).__name__})")
         return
+    except (_Failed, BudgetExceeded) as err:
+        await _fail(file, storage, str(err))
+        return
+    except ChildCrashed as err:
+        if file.attempts >= MAX_ATTEMPTS:
+            await _fail(file, storage, f"processing crashed {file.attempts} times ({err})")
+            return
+        logger.warning("file %s: processing crashed, trying again: %s", file.id, err)
+        await _back_to_pending(file)
+        raise Retry(defer=job_try * 5) from err
     except (StorageError, EmbeddingError) as err:
         transient = getattr(err, "transient", True)
         if transient and job_try < _RETRY_TRIES:
-            logger.warning("file %s: transient error, retrying: %s", file_id, err)
-            file.status = ProcessingStatus.PENDING
-            await _save(file, "status")
+            logger.warning("file %s: transient error, retrying: %s", file.id, err)
+            await _back_to_pending(file)
             raise Retry(defer=job_try * 5) from err
-        await _finish(file, error=f"processing failed: {err}")
+        await _fail(file, storage, f"processing failed: {err}")
         return
+    except _LeaseLost:
+        raise
     except Exception as err:
-        logger.exception("file %s: processing failed", file_id)
-        await _finish(file, error=f"processing failed unexpectedly ({type(err).__name__})")
+        logger.exception("file %s: processing failed", file.id)
+        await _fail(file, storage, f"processing failed unexpectedly ({type(err).__name__})")
         return
     await _finish(file, error=None)
 
 
+async def _back_to_pending(file: LibraryFile) -> None:
+    """Give the file back to the queue (a retry follows): pending, lease released."""
+    file.status = ProcessingStatus.PENDING
+    await _save(file, "status")
+
+
 async def _run_pipeline(file: LibraryFile, storage: Storage, embedder: Embedder | None) -> None:
-    searchable = not file.prevent_search and file.file_type in DOCUMENT_TYPES
+    document = file.file_type in DOCUMENT_TYPES
+    searchable = document and not file.prevent_search
+    if file.file_type in _TEXT_TYPES and file.size > MAX_TEXT_FILE_BYTES:
+        # Known from finalize: refused before a byte is downloaded.
+        raise _Failed(
+            f"the text file is larger than {MAX_TEXT_FILE_BYTES // MIB} MiB, too large to index"
+        )
     with tempfile.TemporaryDirectory(prefix="libflow-") as tmp:
         local = Path(tmp) / f"object.{file.file_type}"
         try:
@@ -113,11 +254,17 @@ async def _run_pipeline(file: LibraryFile, storage: Storage, embedder: Embedder 
             raise _Failed("the stored object is gone") from err
         await _save(file, "sha256", "size", downloaded=True)
         try:
-            prepared = await asyncio.to_thread(
-                prepare_file, local, file.file_type, extract=searchable
+            prepared = await prepare_in_child(
+                local, file.file_type, chunk=searchable, work_dir=Path(tmp)
             )
         except (ExtractionError, ThumbnailError) as err:
             raise _Failed(str(err)) from err
+        except PreparationFailed as err:
+            raise _Failed(f"processing failed unexpectedly ({err})") from err
+    if document:
+        # Stored whole (within MAX_TEXT_CHARS) for library_file_text, which never extracts.
+        text = await asyncio.to_thread(prepared.text.encode, "utf-8")
+        await storage.write(text_key(file.project_id, file.id), text, TEXT_CONTENT_TYPE)
     file.pages = prepared.pages
     file.chunks = len(prepared.chunks) if searchable else None
     await _save(file, "pages", "chunks", extracted=True)
@@ -144,6 +291,16 @@ async def _run_pipeline(file: LibraryFile, storage: Storage, embedder: Embedder 
         await _save(file, "thumbnail_key", thumbnailed=True)
 
 
+async def _fail(file: LibraryFile, storage: Storage, error: str) -> None:
+    """End as failed, without the stored text an earlier attempt may have left."""
+    await _finish(file, error=error)
+    if file.file_type in DOCUMENT_TYPES:
+        try:
+            await storage.delete(text_key(file.project_id, file.id))
+        except StorageError:
+            logger.warning("could not delete the stored text of failed file %s", file.id)
+
+
 async def _finish(file: LibraryFile, *, error: str | None) -> None:
     """End processing either way: ``updating`` is cleared so no file stays busy forever."""
     if error:
@@ -164,25 +321,44 @@ def _interrupted(attempts: int) -> str:
 
 
 async def recover_stuck_files(jobs: JobQueue, stuck_after: float | None = None) -> int:
-    """Re-queue files whose processing was interrupted (a worker died); fail them after N tries."""
-    cutoff = utcnow() - (timedelta(seconds=stuck_after) if stuck_after else STUCK_AFTER)
+    """Re-queue files whose job was lost (a worker died); fail them after MAX_ATTEMPTS.
+
+    A file "processing" is stuck once its lease is STUCK_AFTER old (a running job refreshes
+    it every HEARTBEAT_SECONDS), one "pending" once LOST_JOB_AFTER passed without a job
+    taking it; ``stuck_after`` (seconds) stands for both.
+    """
+    now = utcnow()
+    leases = now - (timedelta(seconds=stuck_after) if stuck_after else STUCK_AFTER)
+    queued = now - (timedelta(seconds=stuck_after) if stuck_after else LOST_JOB_AFTER)
     stuck = await LibraryFile.filter(
-        finalized_at__isnull=False,
-        status__in=[ProcessingStatus.PROCESSING, ProcessingStatus.PENDING],
-        updated_at__lt=cutoff,
+        finalized_at__isnull=False, status=ProcessingStatus.PROCESSING, updated_at__lt=leases
+    ) + await LibraryFile.filter(
+        finalized_at__isnull=False, status=ProcessingStatus.PENDING, updated_at__lt=queued
     )
+    recovered = 0
     for file in stuck:
+        cutoff = leases if file.status == ProcessingStatus.PROCESSING else queued
         if file.attempts >= MAX_ATTEMPTS:
-            await _finish(file, error=_interrupted(file.attempts))
+            with contextlib.suppress(_LeaseLost):
+                await _finish(file, error=_interrupted(file.attempts))
+                recovered += 1
             continue
-        file.status = ProcessingStatus.PENDING
-        await _save(file, "status", requeued=True)
+        stamp = iso(utcnow()) or ""
+        changes: dict[str, Any] = {
+            "status": ProcessingStatus.PENDING,
+            "steps": {**file.steps, "requeued": stamp},
+            "updated_at": utcnow(),
+        }
+        # Only if no heartbeat came in meanwhile: a live job keeps its file.
+        if not await LibraryFile.filter(
+            id=file.id, status=file.status, attempts=file.attempts, updated_at__lt=cutoff
+        ).update(**changes):
+            continue
+        recovered += 1
         # A fresh job id: arq keeps finished jobs' ids and would skip a reused one.
         await jobs.enqueue(
-            Job.PROCESS_FILE,
-            file.id,
-            job_id=f"process_file:{file.id}:recover:{file.steps['requeued']}",
+            Job.PROCESS_FILE, file.id, job_id=f"process_file:{file.id}:recover:{stamp}"
         )
-    if stuck:
-        logger.info("re-queued or failed %d stuck files", len(stuck))
-    return len(stuck)
+    if recovered:
+        logger.info("re-queued or failed %d stuck files", recovered)
+    return recovered

@@ -1,4 +1,8 @@
-"""The CPU side of processing a file: extract, chunk, render a thumbnail (runs off the loop)."""
+"""The CPU side of processing a file: extract, chunk, render a thumbnail (in a child process).
+
+``prepare_file`` is pure and synchronous; ``isolation.prepare_in_child`` runs it under the
+file's memory and time budgets.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from libflow.library.filetypes import DOCUMENT_TYPES
+from libflow.library.processing.budgets import MAX_CHUNKS
 from libflow.library.processing.chunking import Chunk, chunk_segments
 from libflow.library.processing.extract import extract_text
 from libflow.library.processing.thumbnails import THUMBNAIL_TYPES, render_thumbnail
@@ -13,23 +18,28 @@ from libflow.library.processing.thumbnails import THUMBNAIL_TYPES, render_thumbn
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """What a file yields: its passages (documents), page count, and thumbnail (images, pdf)."""
+    """What a file yields: its text and passages (documents), page count, thumbnail."""
 
+    text: str  # every segment with text, in order, blank-line separated; "" for images
     chunks: list[Chunk]
     pages: int | None
     thumbnail: bytes | None
 
 
-def prepare_file(path: Path, file_type: str, *, extract: bool) -> Prepared:
-    """Extract and chunk the text (when ``extract``) and render the thumbnail of a local copy.
+def prepare_file(path: Path, file_type: str, *, chunk: bool) -> Prepared:
+    """Extract a document's text (chunked when ``chunk``) and render the thumbnail.
 
-    Raises ExtractionError or ThumbnailError for a corrupt or hostile file.
+    Raises ExtractionError, ThumbnailError or BudgetExceeded for a corrupt, hostile or
+    over-budget file.
     """
+    text = ""
     chunks: list[Chunk] = []
     pages: int | None = None
-    if extract and file_type in DOCUMENT_TYPES:
+    if file_type in DOCUMENT_TYPES:
         extraction = extract_text(path, file_type)
         pages = extraction.pages
-        chunks = chunk_segments(extraction.segments)
+        text = "\n\n".join(s.text for s in extraction.segments if s.text.strip())
+        if chunk:
+            chunks = chunk_segments(extraction.segments, max_chunks=MAX_CHUNKS)
     thumbnail = render_thumbnail(path, file_type) if file_type in THUMBNAIL_TYPES else None
-    return Prepared(chunks=chunks, pages=pages, thumbnail=thumbnail)
+    return Prepared(text=text, chunks=chunks, pages=pages, thumbnail=thumbnail)

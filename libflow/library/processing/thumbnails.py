@@ -12,18 +12,18 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from libflow.library.processing.budgets import MAX_SOURCE_PIXELS as MAX_SOURCE_PIXELS
 from libflow.library.processing.pdfium import PDFIUM_LOCK
 
 THUMBNAIL_SIDE: Final = 256
 IMAGE_TYPES: Final = frozenset({"png", "jpg", "jpeg", "gif", "webp"})
 THUMBNAIL_TYPES: Final = IMAGE_TYPES | {"pdf"}
 
-# A decoded image costs up to 4 bytes a pixel, twice over while it is resized, in every worker
-# thread at once. 64 MP (256 MB as RGBA) admits the biggest common cameras (61 MP full frame,
-# 50 MP phone modes) and refuses anything larger before a single pixel is decoded. It sits below
+# MAX_SOURCE_PIXELS (budgets): a decoded image costs up to 4 bytes a pixel, twice over while it
+# is resized. 64 MP (256 MB as RGBA) admits the biggest common cameras (61 MP full frame, 50 MP
+# phone modes) and refuses anything larger before a single pixel is decoded. It sits below
 # Pillow's own default (89.5 MP, where Pillow only warns); this module compares against it
 # itself and never touches Pillow's global Image.MAX_IMAGE_PIXELS.
-MAX_SOURCE_PIXELS: Final = 64_000_000
 
 # PDF 1.7 (annex C) caps a page side at 14,400 units; PDFium reports sizes in those units.
 _MAX_PAGE_POINTS: Final = 14_400.0

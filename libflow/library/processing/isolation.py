@@ -1,0 +1,293 @@
+"""Preparing a file in a child process, under the file's memory and time budgets.
+
+Extraction, chunking and thumbnail rendering run in a child forked for this one file by the
+preparation server (``zygote``), which this process starts on first use and which ends with
+it. The child caps its own address space (CHILD_MEMORY_BYTES more than it starts with) and
+CPU time; this side kills it after EXTRACTION_SECONDS. So even a bomb no check foresaw, or a
+crash in a parser's C code, ends only the child: its file fails or counts a crash, and the
+worker or server goes on. The answer comes back as files in the job's temporary directory,
+read here with size limits and checked field by field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from libflow.library.processing import zygote
+from libflow.library.processing.budgets import (
+    CHILD_MEMORY_BYTES,
+    EXTRACTION_SECONDS,
+    MAX_CHUNKS,
+    MAX_TEXT_CHARS,
+    MIB,
+    BudgetExceeded,
+)
+from libflow.library.processing.chunking import Chunk
+from libflow.library.processing.extract import ExtractionError
+from libflow.library.processing.prepare import Prepared
+from libflow.library.processing.thumbnails import ThumbnailError
+
+# How long the server may take to start (it imports the parsing libraries), and a child to
+# be forked and then, once killed, to be reported.
+_START_SECONDS = 60.0
+_FORK_SECONDS = 30.0
+_KILL_SECONDS = 10.0
+# What this side reads of a child's answer: text is at most 4 bytes a character in UTF-8,
+# and each passage repeats at most its overlap of the text, as JSON.
+_MAX_TEXT_BYTES = 4 * MAX_TEXT_CHARS
+_MAX_RESULT_BYTES = 3 * _MAX_TEXT_BYTES + MIB
+_MAX_THUMBNAIL_BYTES = 4 * MIB
+_MAX_MESSAGE_CHARS = 1_000
+
+
+class ChildCrashed(Exception):
+    """The child died without an answer (a signal, an exit without a result): a crash."""
+
+
+class PreparationFailed(Exception):
+    """The child raised an error of libflow's own (a bug); str(err) names its type."""
+
+
+class _PreparationServer:
+    """The process-wide preparation server, started on first use and again if it died."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._directory: str | None = None
+        self._socket: str | None = None
+
+    def socket_path(self) -> str:
+        """Where the running server listens (blocking: it may start it)."""
+        with self._lock:
+            if self._process is not None and self._process.poll() is None and self._socket:
+                return self._socket
+            self._stop()
+            return self._start()
+
+    def _start(self) -> str:
+        # A private directory: only this user may connect to the socket inside.
+        self._directory = tempfile.mkdtemp(prefix="libflow-prepare-")
+        path = str(Path(self._directory) / "socket")
+        environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self._process = subprocess.Popen(  # noqa: S603  (our own interpreter and module)
+            [sys.executable, "-m", zygote.__name__, path],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=environment,
+            start_new_session=True,  # a ^C in the terminal is the parent's to handle
+        )
+        assert self._process.stdout is not None
+        ready, _, _ = select.select([self._process.stdout], [], [], _START_SECONDS)
+        if not ready or self._process.stdout.readline() != zygote.READY:
+            self._stop()
+            raise ChildCrashed("the preparation server did not start")
+        self._socket = path
+        return path
+
+    def _stop(self) -> None:
+        process, self._process, self._socket = self._process, None, None
+        if process is not None:
+            if process.stdin is not None:
+                with contextlib.suppress(OSError):
+                    process.stdin.close()  # end of input: the server kills its children
+            try:
+                process.wait(_KILL_SECONDS)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            if process.stdout is not None:
+                process.stdout.close()
+        if self._directory is not None:
+            shutil.rmtree(self._directory, ignore_errors=True)
+            self._directory = None
+
+    def stop(self) -> None:
+        """Stop the server and its children (at exit)."""
+        with self._lock:
+            self._stop()
+
+
+_SERVER = _PreparationServer()
+atexit.register(_SERVER.stop)
+
+
+async def start_preparation_server() -> None:
+    """Start the preparation server now rather than on the first file (worker start-up)."""
+    await asyncio.to_thread(_SERVER.socket_path)
+
+
+async def prepare_in_child(path: Path, file_type: str, *, chunk: bool, work_dir: Path) -> Prepared:
+    """``prepare_file`` of the local copy at ``path``, in a child under the file's budgets.
+
+    Raises ExtractionError, ThumbnailError or BudgetExceeded as prepare_file does (memory and
+    time budgets included), ChildCrashed when the child died, PreparationFailed for a bug.
+    """
+    out = work_dir / "prepared"
+    out.mkdir()
+    request = {
+        "source": str(path),
+        "file_type": file_type,
+        "chunk": chunk,
+        "out_dir": str(out),
+        "memory_bytes": CHILD_MEMORY_BYTES,
+        "cpu_seconds": EXTRACTION_SECONDS,
+    }
+    code = await _run_child(request)
+    return await asyncio.to_thread(_read_answer, out, code)
+
+
+async def _run_child(request: dict[str, Any]) -> int:
+    """Have the server fork a child for ``request``; its exit code once it has ended."""
+    reader, writer = await _connect()
+    try:
+        writer.write(json.dumps(request).encode() + b"\n")
+        await writer.drain()
+        async with asyncio.timeout(_FORK_SECONDS):
+            _message(await reader.readline(), "pid")
+        try:
+            async with asyncio.timeout(EXTRACTION_SECONDS) as clock:
+                return _message(await reader.readline(), "exit")
+        except TimeoutError:
+            if not clock.expired():
+                raise
+            await _abandon(reader, writer)
+            raise BudgetExceeded(
+                f"preparing the file took longer than {EXTRACTION_SECONDS} s"
+            ) from None
+        except asyncio.CancelledError:
+            # The job was cancelled (shutdown, its processing budget): the child goes too,
+            # before the job's temporary directory is removed under it.
+            await asyncio.shield(_abandon(reader, writer))
+            raise
+    except (OSError, TimeoutError) as err:
+        raise ChildCrashed(f"the preparation server failed ({err!r})") from err
+    finally:
+        writer.close()
+
+
+async def _connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to the server, which is started again once if it went away."""
+    for attempt in (1, 2):
+        path = await asyncio.to_thread(_SERVER.socket_path)
+        try:
+            return await asyncio.open_unix_connection(path)
+        except OSError:
+            if attempt == 2:
+                raise
+            await asyncio.to_thread(_SERVER.stop)
+    raise AssertionError("unreachable")
+
+
+async def _abandon(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Tell the server to kill the child (half-close), and wait until it has been reaped."""
+    with contextlib.suppress(OSError, TimeoutError, ValueError):
+        writer.write_eof()
+        async with asyncio.timeout(_KILL_SECONDS):
+            await reader.readline()
+
+
+def _message(line: bytes, field: str) -> int:
+    """The integer ``field`` of one line from the server."""
+    if not line:
+        raise ChildCrashed("the preparation server stopped")
+    value = json.loads(line).get(field)
+    if not isinstance(value, int):
+        raise ChildCrashed(f"the preparation server answered without {field!r}")
+    return value
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+        return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def _read_limited(path: Path, limit: int) -> bytes:
+    """The file's bytes, refusing one larger than ``limit``."""
+    with path.open("rb") as file:
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise ChildCrashed(f"the child's {path.name} is larger than it can be")
+    return data
+
+
+def _read_answer(out: Path, code: int) -> Prepared:
+    """Turn the files a child wrote (and how it ended) into a Prepared or the error it met."""
+    if code == -signal.SIGXCPU:
+        raise BudgetExceeded(f"preparing the file took more than {EXTRACTION_SECONDS} s of CPU")
+    if code != 0:
+        raise ChildCrashed(f"the process preparing the file was {_describe_exit(code)}")
+    try:
+        answer = json.loads(_read_limited(out / zygote.RESULT, _MAX_RESULT_BYTES))
+    except (OSError, ValueError) as err:
+        raise ChildCrashed("the process preparing the file left no answer") from err
+    if not isinstance(answer, dict):
+        raise ChildCrashed("the process preparing the file left a malformed answer")
+    if "error" in answer:
+        raise _error_of(answer)
+    return Prepared(
+        text=_read_limited(out / zygote.TEXT, _MAX_TEXT_BYTES).decode("utf-8", errors="replace"),
+        chunks=_chunks_of(answer.get("chunks")),
+        pages=_optional_int(answer.get("pages")),
+        thumbnail=(
+            _read_limited(out / zygote.THUMBNAIL, _MAX_THUMBNAIL_BYTES)
+            if answer.get("thumbnail") is True
+            else None
+        ),
+    )
+
+
+def _error_of(answer: dict[str, Any]) -> Exception:
+    """The exception a child's error answer stands for."""
+    message = str(answer.get("message", ""))[:_MAX_MESSAGE_CHARS]
+    kind = answer.get("error")
+    if kind == "memory":
+        return BudgetExceeded(
+            f"preparing the file needs more than {CHILD_MEMORY_BYTES // MIB} MiB of memory"
+        )
+    if kind == "budget":
+        return BudgetExceeded(message)
+    if kind == "extraction":
+        return ExtractionError(message)
+    if kind == "thumbnail":
+        return ThumbnailError(message)
+    if kind == "unexpected":
+        return PreparationFailed(message)
+    return ChildCrashed("the process preparing the file left a malformed answer")
+
+
+def _optional_int(value: object) -> int | None:
+    """A page number or count of an answer: None or a whole number, checked."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise ChildCrashed("the process preparing the file left a malformed answer")
+
+
+def _chunks_of(value: object) -> list[Chunk]:
+    """The passages of an answer, each ``[text, page]``, checked."""
+    if not isinstance(value, list) or len(value) > MAX_CHUNKS:
+        raise ChildCrashed("the process preparing the file left malformed passages")
+    chunks = []
+    for seq, item in enumerate(value):
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+            raise ChildCrashed("the process preparing the file left malformed passages")
+        chunks.append(Chunk(item[0], _optional_int(item[1]), seq))
+    return chunks
