@@ -100,15 +100,6 @@ async def test_content_type_parameters_are_accepted(api: Api) -> None:
     assert (await finalize(api, created["path"])).status == 200
 
 
-async def test_a_second_put_replaces_the_first(api: Api) -> None:
-    created = await create_record(api)
-    async with put_bytes(api, created, b"%PDF first, longer upload") as response:
-        assert response.status == 200
-    async with put_bytes(api, created, PDF) as response:
-        assert response.status == 200
-    assert local_storage(api).path_for(created["path"]).read_bytes() == PDF
-
-
 async def test_upload_link_expires_after_the_configured_ttl(
     start_app: ClientFactory, tmp_path: Path
 ) -> None:

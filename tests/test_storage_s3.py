@@ -206,3 +206,56 @@ async def test_open_fails_with_storage_error_when_endpoint_unreachable() -> None
             endpoint_url=closed_port_url(), bucket="some-bucket", region=TEST_REGION
         ):
             pass
+
+
+async def test_seal_copies_the_staged_upload_to_its_key_and_drops_the_staging(
+    s3_endpoint: str,
+) -> None:
+    async with open_s3_storage(
+        endpoint_url=s3_endpoint, bucket=_bucket(), region=TEST_REGION
+    ) as st:
+        key = "libraryDocuments/p1/doc.pdf"
+        assert st.upload_key(key) == f"uploads/{key}"
+        url = await st.upload_url(st.upload_key(key), "application/pdf", 60)
+        await _put(url, b"%PDF staged", "application/pdf")
+        assert await st.head(key) is None  # staged, not served
+
+        sealed = await st.seal_upload(key)
+        assert sealed is not None
+        assert (sealed.size, sealed.content_type) == (11, "application/pdf")
+        assert b"".join([c async for c in st.read(key)]) == b"%PDF staged"
+        assert await st.head(st.upload_key(key)) is None
+
+
+async def test_seal_never_replaces_a_sealed_object(s3_endpoint: str) -> None:
+    async with open_s3_storage(
+        endpoint_url=s3_endpoint, bucket=_bucket(), region=TEST_REGION
+    ) as st:
+        key = "libraryDocuments/p1/doc.pdf"
+        url = await st.upload_url(st.upload_key(key), "application/pdf", 60)
+        await _put(url, b"%PDF first", "application/pdf")
+        await st.seal_upload(key)
+        await _put(url, b"%PDF the presigned URL still writes", "application/pdf")
+
+        sealed = await st.seal_upload(key)
+        assert sealed is not None
+        assert sealed.size == len(b"%PDF first")
+        assert b"".join([c async for c in st.read(key)]) == b"%PDF first"
+
+
+async def test_seal_of_nothing_uploaded_is_none(s3_endpoint: str) -> None:
+    async with open_s3_storage(
+        endpoint_url=s3_endpoint, bucket=_bucket(), region=TEST_REGION
+    ) as st:
+        assert await st.seal_upload("libraryDocuments/p1/never.pdf") is None
+
+
+async def test_delete_removes_the_staged_upload_too(s3_endpoint: str) -> None:
+    async with open_s3_storage(
+        endpoint_url=s3_endpoint, bucket=_bucket(), region=TEST_REGION
+    ) as st:
+        key = "libraryDocuments/p1/doc.pdf"
+        url = await st.upload_url(st.upload_key(key), "application/pdf", 60)
+        await _put(url, b"%PDF staged", "application/pdf")
+        await st.delete(key)
+        assert await st.head(st.upload_key(key)) is None

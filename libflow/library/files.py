@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import logging
-import tempfile
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from tortoise.expressions import Q
@@ -17,6 +14,8 @@ from libflow.db.fast_reads import FastReads
 from libflow.errors import (
     ContentTypeMismatch,
     EmptyUpload,
+    Forbidden,
+    LibflowError,
     NotFound,
     NotReady,
     Unavailable,
@@ -32,11 +31,12 @@ from libflow.library.filetypes import (
     same_content_type,
 )
 from libflow.library.folders import find_folder
-from libflow.library.processing.extract import ExtractionError, extract_text
+from libflow.library.processing.budgets import MAX_FILE_TEXT_CHARS
+from libflow.library.processing.stored_text import read_stored_text, text_from_passages
 from libflow.library.search import remove_file_index
 from libflow.models import LibraryFile, ProcessingStatus
-from libflow.storage import Storage, StorageError
-from libflow.storage.keys import DOCUMENT_KEY, document_key
+from libflow.storage import ObjectInfo, Storage, StorageError
+from libflow.storage.keys import DOCUMENT_KEY, document_key, text_key
 
 logger = logging.getLogger("libflow.files")
 
@@ -60,7 +60,7 @@ async def create_file_record(
     file_id = new_id()
     key = document_key(project_id, file_id, file_type)
     mime_type = MIME_TYPES[file_type]
-    upload_url = await storage.upload_url(key, mime_type, url_ttl)
+    upload_url = await storage.upload_url(storage.upload_key(key), mime_type, url_ttl)
     file = await LibraryFile.create(
         id=file_id,
         project_id=project_id,
@@ -73,6 +73,20 @@ async def create_file_record(
         uploader_email=uploader_email,
     )
     return file, upload_url
+
+
+async def check_upload_open(key: str) -> None:
+    """Refuse (FORBIDDEN) a PUT to the storageLink of a file finalized or deleted."""
+    file = await LibraryFile.get_or_none(storage_key=key).only("id", "finalized_at")
+    if file is None:
+        raise Forbidden("this storageLink is dead: its file was deleted")
+    if file.finalized_at is not None:
+        raise Forbidden("this storageLink is dead: the upload was finalized")
+
+
+async def upload_still_wanted(key: str) -> bool:
+    """Whether a record still owns ``key`` (an upload that raced a delete is discarded)."""
+    return await LibraryFile.exists(storage_key=key)
 
 
 async def _file_at_path(project_id: str, path: str) -> LibraryFile:
@@ -93,27 +107,21 @@ async def _file_at_path(project_id: str, path: str) -> LibraryFile:
 async def finalize_upload(
     storage: Storage, jobs: JobQueue, *, project_id: str, path: str, prevent_search: bool
 ) -> LibraryFile:
-    """Check the stored bytes, record their size, and queue processing exactly once."""
+    """Check the uploaded bytes, seal them, record their size, and queue processing once.
+
+    Sealing makes the bytes immutable: whatever the storageLink receives afterwards, the
+    object served and processed stays the one whose size (and later sha256) is recorded.
+    """
     file = await _file_at_path(project_id, path)
     if file.finalized_at is not None and file.status != ProcessingStatus.FAILED:
         return file  # already finalized: idempotent
-    try:
-        info = await storage.head(file.storage_key)
-    except StorageError as err:
-        raise Unavailable("storage is unavailable, retry later") from err
-    if info is None:
-        raise UploadIncomplete("no bytes were uploaded for this file yet: PUT them to storageLink")
-    if info.size == 0:
-        raise EmptyUpload("the uploaded file is empty")
-    if not same_content_type(info.content_type, file.mime_type):
-        raise ContentTypeMismatch(
-            f"the bytes were uploaded as {info.content_type!r}, not {file.mime_type!r}: "
-            "PUT them again with the mimeType returned at creation"
-        )
+    info = await _uploaded(storage, file.storage_key)
+    _check_uploaded(info, file)
     now = utcnow()
     changes: dict[str, Any] = {
         "finalized_at": now,
         "size": info.size,
+        "sha256": None,  # until processing hashes the sealed bytes
         "prevent_search": prevent_search,
         "status": ProcessingStatus.PENDING,
         "error": None,
@@ -121,24 +129,80 @@ async def finalize_upload(
         "steps": {"queued": iso(now)},
         "updated_at": now,
     }
-    # A conditional update claims the transition, so concurrent calls enqueue once.
+    # A conditional update claims the transition, so concurrent calls seal and enqueue once.
     if file.finalized_at is None:
         claimed = await LibraryFile.filter(id=file.id, finalized_at=None).update(**changes)
-        previous: dict[str, Any] = {"finalized_at": None, "status": ProcessingStatus.PENDING}
     else:
         claimed = await LibraryFile.filter(id=file.id, status=ProcessingStatus.FAILED).update(
             **changes
         )
-        previous = {"status": ProcessingStatus.FAILED, "error": file.error, "updating": False}
     if claimed:
         try:
+            sealed = await _seal(storage, file)
+            if sealed.size != changes["size"]:
+                # A PUT landed between the check and the seal: the sealed bytes are the truth.
+                await LibraryFile.filter(id=file.id).update(size=sealed.size)
             await jobs.enqueue(
                 Job.PROCESS_FILE, file.id, job_id=f"process_file:{file.id}:{file.attempts}"
             )
-        except Unavailable:
-            await LibraryFile.filter(id=file.id).update(**previous)
+        except LibflowError:
+            await LibraryFile.filter(id=file.id).update(**{f: getattr(file, f) for f in changes})
             raise
-    return await LibraryFile.get(id=file.id)
+    finalized = await LibraryFile.get_or_none(id=file.id)
+    if finalized is None:
+        raise NotFound(f"no file at path {path!r} in this project")  # deleted meanwhile
+    return finalized
+
+
+async def _uploaded(storage: Storage, key: str) -> ObjectInfo:
+    """What finalize would seal: the object at ``key`` if sealed already, else the upload."""
+    try:
+        info = await storage.head(key)
+        staged = storage.upload_key(key)
+        if info is None and staged != key:
+            info = await storage.head(staged)
+    except StorageError as err:
+        raise Unavailable("storage is unavailable, retry later") from err
+    if info is None:
+        raise UploadIncomplete("no bytes were uploaded for this file yet: PUT them to storageLink")
+    return info
+
+
+def _check_uploaded(info: ObjectInfo, file: LibraryFile) -> None:
+    """Refuse bytes that are not the file the record describes."""
+    if info.size == 0:
+        raise EmptyUpload("the uploaded file is empty")
+    if not same_content_type(info.content_type, file.mime_type):
+        raise ContentTypeMismatch(
+            f"the bytes were uploaded as {info.content_type!r}, not {file.mime_type!r}: "
+            "PUT them again with the mimeType returned at creation"
+        )
+    if (info.content_encoding or "identity").lower() != "identity":
+        # The stored bytes would be the encoded ones: processing and downloads need the file.
+        raise ContentTypeMismatch(
+            f"the bytes were uploaded with Content-Encoding {info.content_encoding!r}: "
+            "PUT the file itself again, without a Content-Encoding"
+        )
+
+
+async def _seal(storage: Storage, file: LibraryFile) -> ObjectInfo:
+    """Seal the upload of a claimed file; the sealed object must pass the same checks."""
+    try:
+        sealed = await storage.seal_upload(file.storage_key)
+    except StorageError as err:
+        raise Unavailable("storage is unavailable, retry later") from err
+    if sealed is None:
+        raise UploadIncomplete("the upload disappeared while it was finalized: PUT it again")
+    try:
+        _check_uploaded(sealed, file)
+    except LibflowError:
+        # What a racing PUT left is not servable: unseal it, so a new upload can be sealed.
+        try:
+            await storage.delete(file.storage_key)
+        except StorageError as err:
+            raise Unavailable("storage is unavailable, retry later") from err
+        raise
+    return sealed
 
 
 def _encode_cursor(file: LibraryFile) -> str:
@@ -218,11 +282,12 @@ async def thumbnail_url(
 
 
 async def delete_file(storage: Storage, reads: FastReads, project_id: str, file_id: str) -> None:
-    """Remove the record first (the source of truth), then its bytes and thumbnail."""
+    """Remove the record first (the source of truth), then its bytes, thumbnail and text."""
     file = await get_file(reads, project_id, file_id)
     await remove_file_index(file.id, project_id)
     await file.delete()
-    for key in (file.storage_key, file.thumbnail_key):
+    # Each delete also removes what a storageLink may still have staged for its key.
+    for key in (file.storage_key, file.thumbnail_key, text_key(project_id, file.id)):
         if key is None:
             continue
         try:
@@ -231,32 +296,35 @@ async def delete_file(storage: Storage, reads: FastReads, project_id: str, file_
             logger.warning("could not delete object %s of deleted file %s", key, file_id)
 
 
-MAX_FILE_TEXT_CHARS = 1_000_000
-
-
 async def file_text(
     storage: Storage, reads: FastReads, project_id: str, file_id: str
 ) -> dict[str, Any]:
-    """The whole text of a processed document: ``{text, name, type}`` (workflow nodes)."""
+    """The text processing stored for a document: ``{text, name, type}`` (workflow nodes).
+
+    At most MAX_FILE_TEXT_CHARS, read from storage: nothing is extracted in the API process.
+    A file processed before the text was stored answers from its indexed passages.
+    """
     file = await get_file(reads, project_id, file_id)
     if file.file_type not in DOCUMENT_TYPES:
         raise ValidationFailed(f"file {file_id!r} is a {file.mime_type}, not a text document")
     if file.finalized_at is None:
         raise NotReady("the upload of this file is not finalized yet")
-    with tempfile.TemporaryDirectory(prefix="libflow-text-") as tmp:
-        local = Path(tmp) / f"object.{file.file_type}"
-        out = await asyncio.to_thread(local.open, "wb")
-        try:
-            async for chunk in storage.read(file.storage_key):
-                await asyncio.to_thread(out.write, chunk)
-        finally:
-            out.close()
-        try:
-            extraction = await asyncio.to_thread(extract_text, local, file.file_type)
-        except ExtractionError as err:
-            raise ValidationFailed(f"the text of {file.name!r} cannot be read: {err}") from err
-    text = "\n\n".join(s.text for s in extraction.segments if s.text.strip())
-    return {"text": text[:MAX_FILE_TEXT_CHARS], "name": file.name, "type": file.mime_type}
+    if file.status == ProcessingStatus.FAILED:
+        raise ValidationFailed(f"the text of {file.name!r} cannot be read: {file.error}")
+    if file.status != ProcessingStatus.DONE:
+        raise NotReady("the text of this file is not extracted yet: it is being processed")
+    try:
+        text = await read_stored_text(storage, project_id, file.id, limit=MAX_FILE_TEXT_CHARS)
+    except StorageError as err:
+        raise Unavailable("storage is unavailable, retry later") from err
+    if text is None:
+        if not file.indexed:
+            raise NotReady(
+                "this file was processed before libflow kept extracted text, and it is not "
+                "indexed (preventSearch): upload it again to read its text"
+            )
+        text = await text_from_passages(file.id, limit=MAX_FILE_TEXT_CHARS)
+    return {"text": text, "name": file.name, "type": file.mime_type}
 
 
 async def remove_abandoned_uploads(storage: Storage) -> int:

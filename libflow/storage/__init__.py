@@ -14,6 +14,9 @@ class ObjectInfo:
 
     size: int
     content_type: str | None
+    # What the uploader declared (S3 keeps a PUT's Content-Encoding): the bytes are not
+    # the file itself unless this is None or "identity".
+    content_encoding: str | None = None
 
 
 class StorageError(Exception):
@@ -25,6 +28,21 @@ class Storage(Protocol):
 
     async def upload_url(self, key: str, content_type: str, expires_in: int) -> str:
         """A URL that accepts one PUT of ``key`` with exactly ``content_type``."""
+        ...
+
+    def upload_key(self, key: str) -> str:
+        """Where the storageLink of ``key`` puts its bytes until finalize seals them.
+
+        A backend that cannot refuse a PUT (S3's presigned URLs stay valid until they
+        expire) stages uploads under another key, so no PUT ever reaches a sealed object.
+        """
+        ...
+
+    async def seal_upload(self, key: str) -> ObjectInfo | None:
+        """Make the upload staged for ``key`` the object served at ``key``, never replaced.
+
+        An object already at ``key`` is kept as it is; None when nothing was uploaded.
+        """
         ...
 
     async def download_url(
@@ -46,7 +64,7 @@ class Storage(Protocol):
         ...
 
     async def delete(self, key: str) -> None:
-        """Remove ``key``; removing a missing key is not an error."""
+        """Remove ``key`` and any upload staged for it; a missing key is not an error."""
         ...
 
     async def check(self) -> None:
@@ -54,12 +72,20 @@ class Storage(Protocol):
         ...
 
 
+# Unicode bidi controls: in a saved name, "invoice\u202efdp.exe" displays as "invoiceexe.pdf".
+BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+
+
 def content_disposition(filename: str, *, inline: bool = False) -> str:
     """An RFC 6266 Content-Disposition with an ASCII fallback and a UTF-8 ``filename*``.
 
-    A display name may be ``../../etc/passwd``: the saved file gets no directory part and
-    no control characters, whatever the client does with them (RFC 6266 section 4.3).
+    A display name may be ``../../etc/passwd``: the saved file gets no directory part, no
+    control characters and no bidi controls, whatever the client does with them (RFC 6266
+    section 4.3).
     """
+    filename = "".join(c for c in filename if c not in BIDI_CONTROLS)
     filename = "".join("_" if c in "/\\" or ord(c) < 32 or ord(c) == 127 else c for c in filename)
     fallback = (
         "".join(c if 32 <= ord(c) < 127 and c not in '"\\%;' else "_" for c in filename)

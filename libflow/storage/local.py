@@ -36,6 +36,10 @@ class BodyTooLarge(StorageError):
     """The body carried more bytes than allowed."""
 
 
+class AlreadyStored(StorageError):
+    """An upload arrived for a key that already holds an object: objects are never replaced."""
+
+
 def _write_chunks(fd: int, chunks: list[bytes], sync: bool) -> None:
     """Write without joining the chunks (no copy); fsync after the last ones."""
     for chunk in chunks:
@@ -86,6 +90,14 @@ class LocalStorage:
         self.path_for(key)
         return self.signer.sign("PUT", key, content_type=content_type, expires_in=expires_in)
 
+    def upload_key(self, key: str) -> str:
+        """``key`` itself: this server refuses a PUT to a key that already holds an object."""
+        return key
+
+    async def seal_upload(self, key: str) -> ObjectInfo | None:
+        """The object at ``key``: a stored upload is sealed already, nothing replaces it."""
+        return await self.head(key)
+
     async def download_url(
         self, key: str, *, filename: str, content_type: str, expires_in: int, inline: bool = False
     ) -> str:
@@ -135,7 +147,7 @@ class LocalStorage:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        self._commit(tmp, key, content_type)
+        self._commit(tmp, key, content_type, replace=True)
 
     async def store_stream(
         self,
@@ -144,8 +156,13 @@ class LocalStorage:
         body: AsyncIterator[bytes],
         length: int,
     ) -> None:
-        """Stream exactly ``length`` bytes to ``key``; nothing is visible unless all arrived."""
-        self.path_for(key)
+        """Stream exactly ``length`` bytes to a new object at ``key``.
+
+        Nothing is visible unless every byte arrived; AlreadyStored when ``key`` holds an
+        object (checked before the body is read, and again by the no-overwrite commit).
+        """
+        if await asyncio.to_thread(self.path_for(key).exists):
+            raise AlreadyStored(f"an object is already stored at {key!r}")
         tmp = self._tmp_path()
         # Opening is one quick syscall: doing it here leaves no window in which a
         # cancelled request owns a file that a thread is still opening.
@@ -175,7 +192,7 @@ class LocalStorage:
                 await asyncio.wrap_future(inflight)
             inflight = _IO_THREADS.submit(_write_chunks, fd, chunks, True)
             await asyncio.wrap_future(inflight)
-            inflight = _IO_THREADS.submit(self._commit, tmp, key, content_type)
+            inflight = _IO_THREADS.submit(self._commit, tmp, key, content_type, replace=False)
             await asyncio.wrap_future(inflight)
         except BaseException:
             _discard_when_idle(fd, tmp, inflight)
@@ -200,16 +217,32 @@ class LocalStorage:
     def _tmp_path(self) -> Path:
         return self._tmp / f"{os.urandom(12).hex()}.part"
 
-    def _commit(self, tmp: Path, key: str, content_type: str) -> None:
-        """Metadata first, then the atomic rename that makes the object visible."""
+    def _commit(self, tmp: Path, key: str, content_type: str, *, replace: bool) -> None:
+        """Metadata first, then the atomic rename (or link) that makes the object visible.
+
+        ``replace=False`` never replaces an object: a hard link fails atomically when the
+        name exists, so of two uploads racing for one key (or an upload racing finalize)
+        exactly one becomes the object and it is never swapped afterwards. The loser may
+        have rewritten the metadata first, with the same content type (both were signed
+        for the same record).
+        """
         target = self.path_for(key)
+        if not replace and target.exists():
+            raise AlreadyStored(f"an object is already stored at {key!r}")
         meta = self._meta_path(key)
         meta.parent.mkdir(parents=True, exist_ok=True)
         meta_tmp = self._tmp_path()
         meta_tmp.write_text(json.dumps({"contentType": content_type}))
         os.replace(meta_tmp, meta)
         target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, target)
+        if replace:
+            os.replace(tmp, target)
+        else:
+            try:
+                os.link(tmp, target)
+            except FileExistsError as err:
+                raise AlreadyStored(f"an object is already stored at {key!r}") from err
+            tmp.unlink()
         dir_fd = os.open(target.parent, os.O_RDONLY)
         try:
             os.fsync(dir_fd)

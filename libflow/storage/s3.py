@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, cast
@@ -16,8 +17,13 @@ if TYPE_CHECKING:
     from types_aiobotocore_s3.client import S3Client
     from types_aiobotocore_s3.literals import BucketLocationConstraintType
 
-__all__ = ["S3Storage", "make_s3_config", "open_s3_storage"]
+__all__ = ["UPLOAD_ROOT", "S3Storage", "make_s3_config", "open_s3_storage"]
 
+logger = logging.getLogger("libflow.storage.s3")
+
+# A presigned PUT cannot be revoked: storageLinks write under this prefix, finalize copies
+# the upload to its own key, and no URL that can write ever reaches that copy.
+UPLOAD_ROOT = "uploads"
 _MISSING_CODES = frozenset({"404", "NoSuchKey", "NotFound", "NoSuchBucket"})
 _US_EAST_1 = "us-east-1"
 
@@ -91,6 +97,40 @@ class S3Storage:
             ExpiresIn=expires_in,
         )
 
+    def upload_key(self, key: str) -> str:
+        """The staging key a storageLink writes to: ``uploads/<key>``, never served."""
+        return f"{UPLOAD_ROOT}/{key}"
+
+    async def seal_upload(self, key: str) -> ObjectInfo | None:
+        """Copy the staged upload to ``key`` unless an object is there already; its info.
+
+        Only the finalize that claimed the file calls this, so ``key`` is written once; a PUT
+        to the storageLink afterwards changes the staging key, which nothing reads.
+        """
+        sealed = await self.head(key)
+        if sealed is not None:
+            return sealed  # sealed before, or uploaded before uploads were staged
+        staged = self.upload_key(key)
+        try:
+            await self._client.copy_object(
+                Bucket=self._bucket,
+                Key=key,
+                CopySource={"Bucket": self._bucket, "Key": staged},
+                MetadataDirective="COPY",
+            )
+        except ClientError as err:
+            if _is_missing(err) and _error_code(err) != "NoSuchBucket":
+                return None
+            raise StorageError(f"sealing {key!r} failed: {err}") from err
+        except BotoCoreError as err:
+            raise StorageError(f"sealing {key!r} failed: {err}") from err
+        try:
+            await self._delete_key(staged)
+        except StorageError as err:
+            # The staged bytes only cost space: deleting the file removes them too.
+            logger.warning("could not remove the staged upload %s: %s", staged, err)
+        return await self.head(key)
+
     async def download_url(
         self, key: str, *, filename: str, content_type: str, expires_in: int, inline: bool = False
     ) -> str:
@@ -116,7 +156,11 @@ class S3Storage:
             raise StorageError(f"head {key!r} failed: {err}") from err
         except BotoCoreError as err:
             raise StorageError(f"head {key!r} failed: {err}") from err
-        return ObjectInfo(size=resp["ContentLength"], content_type=resp.get("ContentType"))
+        return ObjectInfo(
+            size=resp["ContentLength"],
+            content_type=resp.get("ContentType"),
+            content_encoding=resp.get("ContentEncoding"),
+        )
 
     async def read(self, key: str, chunk_size: int = 1024 * 1024) -> AsyncGenerator[bytes, None]:
         """Stream ``key`` in chunks of at most ``chunk_size``; FileNotFoundError when missing."""
@@ -145,7 +189,12 @@ class S3Storage:
             raise StorageError(f"put {key!r} failed: {err}") from err
 
     async def delete(self, key: str) -> None:
-        """Delete ``key``; a missing key is not an error."""
+        """Delete the upload staged for ``key``, then ``key``; missing keys are not errors."""
+        # In this order: a seal racing the delete then finds no staged upload to copy.
+        await self._delete_key(self.upload_key(key))
+        await self._delete_key(key)
+
+    async def _delete_key(self, key: str) -> None:
         try:
             await self._client.delete_object(Bucket=self._bucket, Key=key)
         except ClientError as err:
