@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from arq.worker import Retry
@@ -23,23 +21,10 @@ from tests.webhook_helpers import (
     deliveries_of,
     event_body,
     standard_headers,
+    wait_for_deliveries,
 )
 from tests.workflow_helpers import chain, get_run, output, runs_of
 from workers.deliveries import deliver_webhooks
-
-
-async def wait_for_deliveries(
-    api: Api, webhook_id: str, count: int, timeout: float = 60
-) -> list[dict[str, Any]]:
-    """Run jobs until ``count`` deliveries have finished; return them."""
-    deadline = time.monotonic() + timeout
-    while True:
-        await api.run_jobs()
-        found = await deliveries_of(api, webhook_id)
-        if len(found) == count and all(d["status"] in ("succeeded", "failed") for d in found):
-            return found
-        assert time.monotonic() < deadline, f"deliveries not finished: {found}"
-        await asyncio.sleep(0.2)
 
 
 async def test_a_delivery_runs_its_workflow_on_each_shape(shaped_api: Api) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import io
@@ -98,3 +99,17 @@ async def deliveries_of(api: Api, webhook_id: str) -> list[dict[str, Any]]:
     )
     found: list[dict[str, Any]] = await ok_json(response)
     return found
+
+
+async def wait_for_deliveries(
+    api: Api, webhook_id: str, count: int, timeout: float = 60
+) -> list[dict[str, Any]]:
+    """Run jobs until ``count`` deliveries have finished; return them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        await api.run_jobs()
+        found = await deliveries_of(api, webhook_id)
+        if len(found) == count and all(d["status"] in ("succeeded", "failed") for d in found):
+            return found
+        assert time.monotonic() < deadline, f"deliveries not finished: {found}"
+        await asyncio.sleep(0.2)

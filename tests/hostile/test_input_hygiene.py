@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import gzip
 import json
-import time
 import zlib
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -38,6 +37,7 @@ from tests.webhook_helpers import (
     event_body,
     github_headers,
     standard_headers,
+    wait_for_deliveries,
 )
 from tests.workflow_helpers import API, call, chain, create, get_run, output, runs_of
 
@@ -64,20 +64,6 @@ def gzip_bomb(inflated_mib: int) -> bytes:
     mib = b" " * (1024 * 1024)
     parts = [compressor.compress(mib) for _ in range(inflated_mib)]
     return b"".join([*parts, compressor.flush()])
-
-
-async def wait_for_deliveries(
-    api: Api, webhook_id: str, count: int, timeout: float = 60
-) -> list[dict[str, Any]]:
-    """Run jobs until ``count`` deliveries have finished; return them, newest first."""
-    deadline = time.monotonic() + timeout
-    while True:
-        await api.run_jobs()
-        found = await deliveries_of(api, webhook_id)
-        if len(found) == count and all(d["status"] in ("succeeded", "failed") for d in found):
-            return found
-        assert time.monotonic() < deadline, f"deliveries not finished: {found}"
-        await asyncio.sleep(0.1)
 
 
 def signed_delivery(
