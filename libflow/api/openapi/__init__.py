@@ -228,6 +228,11 @@ def _operations() -> dict[str, dict[str, Any]]:
         "/storage/{key}": {
             "put": {
                 "summary": "Upload bytes to a signed storageLink (local storage backend)",
+                "description": (
+                    "A storageLink takes one complete upload: after it, after finalize and "
+                    "after delete the link answers 403. With Expect: 100-continue a refusal "
+                    "comes before the 100; an expectation other than 100-continue is 417."
+                ),
                 "security": [],
                 "parameters": signed,
                 "requestBody": {
@@ -236,7 +241,7 @@ def _operations() -> dict[str, dict[str, Any]]:
                 },
                 "responses": {
                     "200": {"description": "stored"},
-                    **errors(400, 403, 411, 413),
+                    **errors(400, 403, 411, 413, 417),
                 },
             },
             "get": {
@@ -246,7 +251,7 @@ def _operations() -> dict[str, dict[str, Any]]:
                 "responses": {
                     "200": {"description": "the bytes"},
                     "206": {"description": "a range of the bytes"},
-                    **errors(403, 404),
+                    **errors(403, 404, 416),
                 },
             },
         },
