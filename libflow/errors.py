@@ -25,6 +25,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "INVALID_WORKFLOW": 400,
     "NODE_FAILED": 500,
     "RUN_TIMEOUT": 504,
+    "RUN_FINISHED": 409,
     "RATE_LIMITED": 429,
     "UNAVAILABLE": 503,
     "INTERNAL": 500,
@@ -119,6 +120,12 @@ class MethodNotAllowed(LibflowError):
     """The route exists but not with this method."""
 
     code = "METHOD_NOT_ALLOWED"
+
+
+class RunFinished(LibflowError):
+    """The run has already ended: it cannot be cancelled."""
+
+    code = "RUN_FINISHED"
 
 
 class RateLimited(LibflowError):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from enum import StrEnum
@@ -39,6 +41,9 @@ class Job(StrEnum):
     REEMBED_STALE_CHUNKS = "reembed_stale_chunks"
     DELIVER_WEBHOOKS = "deliver_webhooks"
     SWEEP_DELIVERIES = "sweep_deliveries"
+    RUN_WORKFLOWS = "run_workflows"
+    SWEEP_RUNS = "sweep_runs"
+    FIRE_SCHEDULES = "fire_schedules"
 
 
 JobFunctions = Mapping[Job, JobFunction]
@@ -47,8 +52,11 @@ JobFunctions = Mapping[Job, JobFunction]
 class Lane(StrEnum):
     """Where an in-process job waits for a slot: each lane has slots of its own."""
 
-    # Webhook deliveries and the periodic sweeps: short, and someone is waiting for them.
+    # Webhook deliveries, queued runs and the periodic sweeps: someone is waiting for them.
     DELIVERIES = "deliveries"
+    # Queued workflow runs: a drain holds its slot while its runs run (up to minutes), so
+    # they have slots of their own, apart from deliveries and the sweeps.
+    RUNS = "runs"
     # Processing of small files.
     FILES = "files"
     # Processing of large files, and re-embedding: long, CPU-bound, one at a time.
@@ -63,6 +71,9 @@ LANE_OF_JOB: Final[Mapping[Job, Lane]] = {
     Job.REEMBED_STALE_CHUNKS: Lane.LARGE_FILES,
     Job.DELIVER_WEBHOOKS: Lane.DELIVERIES,
     Job.SWEEP_DELIVERIES: Lane.DELIVERIES,
+    Job.RUN_WORKFLOWS: Lane.RUNS,
+    Job.SWEEP_RUNS: Lane.DELIVERIES,
+    Job.FIRE_SCHEDULES: Lane.DELIVERIES,
 }
 # Slots of the large-files lane; the others have LIBFLOW_JOB_CONCURRENCY each.
 LARGE_FILE_SLOTS: Final = 1
@@ -151,6 +162,7 @@ class InProcessJobQueue:
         self.context = context
         self._lanes = {
             Lane.DELIVERIES: asyncio.Semaphore(concurrency),
+            Lane.RUNS: asyncio.Semaphore(concurrency),
             Lane.FILES: asyncio.Semaphore(concurrency),
             Lane.LARGE_FILES: asyncio.Semaphore(LARGE_FILE_SLOTS),
         }
@@ -219,6 +231,44 @@ class InProcessJobQueue:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+# Wake-up jobs (the drains of the webhook inbox and of the run queue) are queued once per
+# window under an id naming it: a burst of deliveries or runs wakes a few jobs, not one each
+# (arq spends about ten Redis round trips on a job).
+WAKE_UP_WINDOW_SECONDS = 0.05
+# How long after its window a drain makes its last claim: clocks of API and worker hosts
+# differ a little (a larger gap leaves the work to a sweep, never loses it).
+WINDOW_MARGIN_SECONDS = 0.05
+WINDOW_CAP_SECONDS = WAKE_UP_WINDOW_SECONDS + WINDOW_MARGIN_SECONDS
+_WOKEN: weakref.WeakKeyDictionary[JobQueue, dict[Job, int]] = weakref.WeakKeyDictionary()
+
+
+async def wake_job(jobs: JobQueue, job: Job, stays: str) -> bool:
+    """Queue ``job`` for this window; False (and ``stays`` logged) when the queue is down.
+
+    One job per window: this process asks Redis only once in each (queueing costs several
+    round trips even when arq refuses a job it already has).
+    """
+    window = int(time.time() / WAKE_UP_WINDOW_SECONDS)
+    woken = _WOKEN.setdefault(jobs, {})
+    if woken.get(job) == window:
+        return True
+    try:
+        await jobs.enqueue(job, job_id=f"{job.value}:{window}")
+    except Unavailable:
+        logger.warning("%s until the job queue is back", stays)
+        return False
+    woken[job] = window
+    return True
+
+
+def window_end(job_id: str) -> float:
+    """When the wake-up window a job was queued for ends, plus the margin (0: unknown)."""
+    _, _, window = job_id.rpartition(":")
+    if not window.isdigit():
+        return 0.0
+    return (int(window) + 1) * WAKE_UP_WINDOW_SECONDS + WINDOW_MARGIN_SECONDS
 
 
 @asynccontextmanager

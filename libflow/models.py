@@ -193,7 +193,12 @@ class WorkflowVersion(Model):
 
 
 class WorkflowRun(Model):
-    """The record of one run: trigger, version, event, inputs, outputs, status and timings."""
+    """The record of one run: trigger, version, event, inputs, outputs, status and timings.
+
+    Runs started asynchronously wait here as ``queued`` (the table is their queue). A running
+    run's process renews ``lease_until``; a lease long past means the process died.
+    ``cancel_requested_at`` is how a cancel reaches a process that missed the signal.
+    """
 
     id = fields.CharField(primary_key=True, max_length=32, default=new_id)
     workflow: fields.ForeignKeyRelation[Workflow] = fields.ForeignKeyField(
@@ -211,12 +216,48 @@ class WorkflowRun(Model):
     node_timings: fields.Field[dict[str, Any]] = fields.JSONField(default=dict)
     started_at = fields.DatetimeField(auto_now_add=True)
     finished_at = fields.DatetimeField(null=True)
+    lease_until = fields.DatetimeField(null=True)
+    cancel_requested_at = fields.DatetimeField(null=True)
 
     workflow_id: str
 
     class Meta:
         table = "workflow_runs"
-        indexes = (("workflow_id", "started_at"),)
+        # Run history pages (newest first, by project or workflow, with or without a status),
+        # and the queue's claims and sweeps (by status, oldest first).
+        indexes = (
+            ("workflow_id", "started_at"),
+            ("project_id", "started_at", "id"),
+            ("project_id", "status", "started_at", "id"),
+            ("workflow_id", "status", "started_at", "id"),
+            ("status", "started_at"),
+        )
+
+
+class Schedule(Model):
+    """A cron schedule of a workflow: each tick queues one run (trigger ``schedule``).
+
+    ``next_run_at`` is the next tick, in UTC; moving it on is the claim of a tick, so each
+    tick runs once however many processes look.
+    """
+
+    id = fields.CharField(primary_key=True, max_length=32, default=new_id)
+    project_id = fields.CharField(max_length=32)
+    workflow: fields.ForeignKeyRelation[Workflow] = fields.ForeignKeyField(
+        "models.Workflow", related_name="schedules", on_delete=fields.CASCADE
+    )
+    cron = fields.CharField(max_length=200)
+    timezone = fields.CharField(max_length=64)
+    event = fields.CharField(max_length=200)
+    inputs: fields.Field[dict[str, Any]] = fields.JSONField(default=dict)
+    next_run_at = fields.DatetimeField()
+    created_at = fields.DatetimeField(auto_now_add=True)
+
+    workflow_id: str
+
+    class Meta:
+        table = "workflow_schedules"
+        indexes = (("workflow_id", "created_at"), ("next_run_at",))
 
 
 class Webhook(Model):

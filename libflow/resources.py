@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import ClientSession, ClientTimeout
+from redis.asyncio import Redis
 
 from libflow.db.connection import open_database
 from libflow.db.fast_reads import FastReads
@@ -33,6 +34,7 @@ from libflow.library.search import VectorIndex
 from libflow.storage import Storage
 from libflow.storage.factory import open_storage
 from libflow.workflows.run_services import run_services
+from libflow.workflows.running import RunControl, open_run_control
 from settings import Settings
 
 RESOURCES = "libflow"
@@ -52,6 +54,10 @@ class Resources:
     http: ClientSession
     vectors: VectorIndex
     reads: FastReads
+    # Runs' events and cancels: through Redis when configured, else within this process.
+    runs: RunControl
+    # Redis (when configured) for what is not a job: run events, cancels, worker liveness.
+    redis: Redis | None
 
     def node_services(self, project_id: str) -> NodeServices:
         """What the nodes of a workflow run of ``project_id`` may reach."""
@@ -84,6 +90,11 @@ async def open_resources(
         http = await stack.enter_async_context(
             ClientSession(timeout=ClientTimeout(total=HTTP_TIMEOUT_SECONDS))
         )
+        redis: Redis | None = None
+        if settings.redis_url:
+            redis = Redis.from_url(settings.redis_url, socket_connect_timeout=2)
+            stack.push_async_callback(redis.aclose)
+        runs = await stack.enter_async_context(open_run_control(settings.run_lease_seconds, redis))
         in_process: InProcessJobQueue | None = None
         jobs: JobQueue
         if settings.redis_url:
@@ -101,6 +112,8 @@ async def open_resources(
             http=http,
             vectors=VectorIndex(),
             reads=reads,
+            runs=runs,
+            redis=redis,
         )
         if in_process is None:
             yield resources

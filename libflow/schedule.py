@@ -43,6 +43,12 @@ class Periodic:
 PERIODIC_JOBS: tuple[Periodic, ...] = (
     # Deliveries accepted while Redis was down wait in the inbox for this sweep.
     Periodic(Job.SWEEP_DELIVERIES, seconds=2, at_start=True),
+    # Runs whose process stopped renewing their lease; runs a lost wake-up left queued.
+    Periodic(Job.SWEEP_RUNS, seconds=2, at_start=True),
+    # Schedules' ticks (each claimed once, whichever process looks first). Every two seconds,
+    # as the sweeps, not every second: arq queues a cron job a second ahead, and a burst
+    # worker (tests, one-off runs) only ends when its queue is empty for a moment.
+    Periodic(Job.FIRE_SCHEDULES, seconds=2, at_start=True),
     # A file still processing long after its job's time limit lost its worker.
     Periodic(Job.RECOVER_STUCK_FILES, seconds=60),
     # At start-up too: a process starting with a new embedder re-embeds the index (and

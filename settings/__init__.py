@@ -46,6 +46,9 @@ class Settings(BaseModel):
     download_url_ttl_seconds: int = Field(default=5 * 60, gt=0)
     api_key_cache_seconds: float = Field(default=5.0, ge=0)
     job_concurrency: int = Field(default=4, gt=0)
+    # How long a running run's claim holds without renewal: a process that stops renewing it
+    # (killed) has its runs failed INTERRUPTED by the sweep after this.
+    run_lease_seconds: float = Field(default=30, gt=0)
     # Requests a second per API key (0: no limit), and how many may come at once.
     rate_limit: float = Field(default=100, ge=0)
     rate_limit_burst: int = Field(default=200, gt=0)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
 import io
 import json
 import logging
 import re
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,8 +21,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
 from libflow.logs import JsonFormatter
-from tests.conftest import Api, ClientFactory, Shape, base_settings, create_record, put_bytes
+from tests.conftest import (
+    Api,
+    ClientFactory,
+    Shape,
+    base_settings,
+    create_record,
+    put_bytes,
+)
 from tests.private_redis import PrivateRedis
+from workers.worker import LibflowWorker, worker_settings
 
 FILE_ROUTE = "/api/publicv1/projects/{projectId}/library/files/{fileId}"
 
@@ -77,8 +87,38 @@ async def test_readyz_checks_redis_too_on_scaled_shape(
     assert response.status == 200
     assert await response.json() == {
         "status": "ok",
-        "checks": {"database": "ok", "storage": "ok", "redis": "ok"},
+        "checks": {
+            "database": "ok",
+            "storage": "ok",
+            "redis": "ok",
+            "workers": "no worker has polled the job queue lately",
+        },
     }
+
+
+async def test_readyz_reports_a_worker_that_polled_redis_lately(
+    start_app: ClientFactory, scaled: Shape
+) -> None:
+    client = await start_app(scaled.settings)
+
+    async def workers() -> str:
+        response = await client.get("/readyz")
+        assert response.status == 200  # a missing worker is reported, not a failure
+        return str((await response.json())["checks"]["workers"])
+
+    worker = LibflowWorker(**worker_settings(scaled.settings), handle_signals=False)
+    polling = asyncio.create_task(worker.main(), context=contextvars.Context())
+    try:
+        deadline = time.monotonic() + 30
+        while await workers() != "ok":
+            assert time.monotonic() < deadline, "the worker never showed in /readyz"
+            await asyncio.sleep(0.1)
+    finally:
+        polling.cancel()
+        await asyncio.gather(polling, return_exceptions=True)
+        await asyncio.create_task(worker.close(), context=contextvars.Context())
+    # A worker that stops takes its health-check key with it.
+    assert await workers() == "no worker has polled the job queue lately"
 
 
 async def test_readyz_is_503_when_redis_goes_away(

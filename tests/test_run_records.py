@@ -7,7 +7,9 @@ from tortoise.backends.base.client import BaseDBAsyncClient
 
 from libflow import appkeys
 from libflow.engine import WorkflowRun as EngineRun
+from libflow.ids import new_id
 from libflow.models import WorkflowRun
+from libflow.workflows.run_events import RunEventLog
 from libflow.workflows.runs import _RunRecorder
 from libflow.workflows.versions import find_run_target
 from tests.conftest import Api
@@ -40,7 +42,8 @@ async def test_a_crash_before_the_callers_write_leaves_the_run_running_not_finis
     async def crash(db: BaseDBAsyncClient, record: WorkflowRun) -> None:
         raise Crash
 
-    recorder = _RunRecorder(target, None, run, "webhook", crash)
+    control = app[appkeys.RESOURCES].runs
+    recorder = _RunRecorder(target, run, "webhook", crash, control, RunEventLog(new_id()), None)
     result = await run.execute()
     assert result.status == "succeeded"
     recorder.record_running()  # queued, not yet written, as the run ends

@@ -7,12 +7,9 @@ import time
 from datetime import timedelta
 
 from libflow.ids import new_id, utcnow
+from libflow.jobs import WAKE_UP_WINDOW_SECONDS
 from libflow.models import DeliveryStatus, WebhookDelivery, WorkflowRun
-from libflow.webhooks.inbox import (
-    INTERRUPTED_AFTER,
-    WAKE_UP_WINDOW_SECONDS,
-    settle_interrupted_deliveries,
-)
+from libflow.webhooks.inbox import INTERRUPTED_AFTER, settle_interrupted_deliveries
 from tests.conftest import Api, ClientFactory, Shape, new_project
 from tests.processing_helpers import job_context
 from tests.webhook_helpers import create_webhook, deliver, deliveries_of, event_body

@@ -224,7 +224,10 @@ async def test_runsync_with_an_unknown_event_is_400_unknown_event(api: Api) -> N
     )
     body = await assert_error(response, 400, "UNKNOWN_EVENT")
     assert "explode" in body["message"]
-    assert await runs_of(api, created["workflowId"]) == []
+    # Refused, and recorded as a failed run, as a webhook's refused run is.
+    [run] = await runs_of(api, created["workflowId"])
+    assert (run["status"], run["trigger"], run["event"]) == ("failed", "api", "explode")
+    assert run["error"]["code"] == "UNKNOWN_EVENT"
 
 
 async def test_runsync_with_invalid_inputs_is_400_with_one_detail_each(api: Api) -> None:
@@ -244,6 +247,9 @@ async def test_runsync_with_invalid_inputs_is_400_with_one_detail_each(api: Api)
         {"input": "name", "problem": "is required"},
         {"input": "count", "problem": "must be of type number"},
     ]
+    [run] = await runs_of(api, created["workflowId"])
+    assert (run["status"], run["statusCode"], run["inputs"]) == ("failed", 400, {"count": "three"})
+    assert run["error"]["code"] == "INVALID_INPUTS"
 
 
 # runsync: results

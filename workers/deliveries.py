@@ -15,6 +15,7 @@ async def deliver_webhooks(ctx: dict[str, Any]) -> None:
         jobs=resources.jobs,
         reads=resources.reads,
         services_for=resources.node_services,
+        control=resources.runs,
         job_id=str(ctx.get("job_id", "")),
         job_try=int(ctx.get("job_try", 1)),
     )

@@ -10,6 +10,8 @@ from workers.library import (
     reembed_stale_chunks,
     remove_abandoned_uploads,
 )
+from workers.runs import run_workflows, sweep_runs
+from workers.schedules import fire_schedules
 
 JOB_FUNCTIONS: JobFunctions = {
     Job.PROCESS_FILE: process_file,
@@ -18,4 +20,7 @@ JOB_FUNCTIONS: JobFunctions = {
     Job.REEMBED_STALE_CHUNKS: reembed_stale_chunks,
     Job.DELIVER_WEBHOOKS: deliver_webhooks,
     Job.SWEEP_DELIVERIES: sweep_deliveries,
+    Job.RUN_WORKFLOWS: run_workflows,
+    Job.SWEEP_RUNS: sweep_runs,
+    Job.FIRE_SCHEDULES: fire_schedules,
 }

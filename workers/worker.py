@@ -33,6 +33,7 @@ from libflow.library.processing.pipeline import PROCESS_FILE_TIMEOUT
 from libflow.resources import RESOURCES, open_resources
 from libflow.schedule import PERIODIC_JOBS
 from libflow.webhooks.delivery import DRAIN_SECONDS
+from libflow.workflows.run_queue import DRAIN_SECONDS as RUN_DRAIN_SECONDS
 from settings import Settings, settings_from_env
 from workers.functions import JOB_FUNCTIONS
 
@@ -48,7 +49,13 @@ _TIMEOUTS: dict[Job, float] = {
     # A job stops claiming after DRAIN_SECONDS and its runs time out by themselves after
     # MAX_TIMEOUT_SECONDS: arq's limit only backs them up.
     Job.DELIVER_WEBHOOKS: DRAIN_SECONDS + MAX_TIMEOUT_SECONDS + 60,
+    Job.RUN_WORKFLOWS: RUN_DRAIN_SECONDS + MAX_TIMEOUT_SECONDS + 60,
 }
+# Wake-up jobs: single-use ids, no result to keep.
+_WAKE_UPS = frozenset({Job.DELIVER_WEBHOOKS, Job.RUN_WORKFLOWS})
+# How often a polling worker writes arq's health-check key: /readyz of API processes reads
+# it to tell whether any worker is taking jobs.
+HEALTH_CHECK_SECONDS = 5
 
 
 def functions() -> list[Function]:
@@ -56,8 +63,7 @@ def functions() -> list[Function]:
     check_job_functions(JOB_FUNCTIONS)
     found = []
     for job, function in JOB_FUNCTIONS.items():
-        # Delivery job ids are single-use wake-ups: no result to keep.
-        keep = 0 if job is Job.DELIVER_WEBHOOKS else None
+        keep = 0 if job in _WAKE_UPS else None
         found.append(func(function, name=job.value, timeout=_TIMEOUTS.get(job), keep_result=keep))
     return found
 
@@ -119,6 +125,7 @@ def worker_settings(settings: Settings) -> dict[str, Any]:
         # arq sleeps this long between polls of the queue (0.5 s by default, which capped
         # a worker at max_jobs jobs per half second whatever their length).
         "poll_delay": WORKER_POLL_SECONDS,
+        "health_check_interval": HEALTH_CHECK_SECONDS,
         "ctx": {"settings": settings},
     }
 

@@ -7,7 +7,9 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from arq.constants import default_queue_name, health_check_key_suffix
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from redis.asyncio import Redis
 from tortoise.connection import get_connection
 
 from libflow import appkeys
@@ -17,6 +19,9 @@ from libflow.api.openapi import openapi_document
 routes = web.RouteTableDef()
 logger = logging.getLogger("libflow.ops")
 CHECK_TIMEOUT = 3.0
+# arq's health-check key of the default queue: workers rewrite it every few seconds as they
+# poll, and it expires a second after that (workers/worker.py HEALTH_CHECK_SECONDS).
+WORKER_HEALTH_KEY = f"{default_queue_name}{health_check_key_suffix}"
 
 
 @routes.get("/healthz")
@@ -27,6 +32,15 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def _database_ready() -> None:
     await get_connection("default").execute_query("SELECT 1")
+
+
+async def _workers_polling(redis: Redis) -> str:
+    """Whether an arq worker wrote its health-check key lately (each one does as it polls)."""
+    try:
+        seen = await asyncio.wait_for(redis.exists(WORKER_HEALTH_KEY), CHECK_TIMEOUT)
+    except Exception as err:
+        return f"unknown: {type(err).__name__}"
+    return "ok" if seen else "no worker has polled the job queue lately"
 
 
 @routes.get("/readyz")
@@ -47,6 +61,10 @@ async def readyz(request: web.Request) -> web.Response:
             logger.warning("readiness check %s failed: %r", name, err)
             results[name] = f"unavailable: {type(err).__name__}"
     failed = [name for name, result in results.items() if result != "ok"]
+    redis = request.app[appkeys.RESOURCES].redis
+    if redis is not None and "redis" not in failed:
+        # Reported, not required: API processes serve (and queue work) without workers.
+        results["workers"] = await _workers_polling(redis)
     if failed:
         return error_response(
             "UNAVAILABLE", f"not ready: {', '.join(failed)} unavailable", details=results

@@ -8,10 +8,11 @@ from aiohttp import web
 
 from libflow import appkeys
 from libflow.api.bodies import CreateWebhookBody, parse_body, query_limit
+from libflow.api.runs import accepted
 from libflow.errors import PayloadTooLarge
 from libflow.ids import iso
 from libflow.models import Webhook, WebhookDelivery
-from libflow.webhooks import inbox, manage
+from libflow.webhooks import inbox, manage, replay
 
 routes = web.RouteTableDef()
 PROJECT = "/api/publicv1/projects/{projectId}"
@@ -104,6 +105,21 @@ async def list_deliveries(request: web.Request) -> web.Response:
     limit = query_limit(request, default=100, maximum=inbox.MAX_DELIVERIES_LISTED)
     found = await inbox.list_deliveries(_project(request), request.match_info["webhookId"], limit)
     return web.json_response([delivery_json(d) for d in found])
+
+
+@routes.post(f"{WEBHOOK}/deliveries/{{deliveryId}}/replay")
+async def replay_delivery(request: web.Request) -> web.Response:
+    """Run the delivery's payload again: 202 with the new run (trigger ``replay``)."""
+    resources = request.app[appkeys.RESOURCES]
+    run = await replay.replay_delivery(
+        _project(request),
+        request.match_info["webhookId"],
+        request.match_info["deliveryId"],
+        reads=resources.reads,
+        control=resources.runs,
+        jobs=resources.jobs,
+    )
+    return accepted(run)
 
 
 @routes.post(RECEIVER)

@@ -1,16 +1,22 @@
-"""Handlers of workflows: definitions, versions, runs, and runsync."""
+"""Handlers of workflows: definitions, versions, and runsync (runs: ``api/runs.py``)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aiohttp import web
 
 from libflow import appkeys
 from libflow.api.bodies import CreateWorkflowBody, PublishVersionBody, RunSyncBody, parse_body
-from libflow.ids import iso
-from libflow.models import Workflow, WorkflowRun, WorkflowVersion
+from libflow.api.runs import finished_record
+from libflow.api.sse import stream_events, wants_events
+from libflow.engine import InvalidInputs, NodeServices, UnknownEvent, check_run
+from libflow.ids import iso, new_id
+from libflow.models import Workflow, WorkflowVersion
 from libflow.workflows import runs, versions
+from libflow.workflows.run_watch import watch_run
+from libflow.workflows.versions import RunTarget
 
 routes = web.RouteTableDef()
 PROJECT = "/api/publicv1/projects/{projectId}"
@@ -35,25 +41,6 @@ def workflow_json(workflow: Workflow) -> dict[str, Any]:
 def version_json(version: WorkflowVersion) -> dict[str, Any]:
     """A version record, without its definition."""
     return {"version": str(version.number), "createdDate": iso(version.created_at)}
-
-
-def run_json(run: WorkflowRun) -> dict[str, Any]:
-    """A run record."""
-    return {
-        "runId": run.id,
-        "workflowId": run.workflow_id,
-        "version": str(run.version),
-        "event": run.event,
-        "trigger": run.trigger,
-        "status": run.status,
-        "statusCode": run.status_code,
-        "inputs": run.inputs,
-        "outputs": run.outputs,
-        "error": run.error,
-        "nodeTimings": run.node_timings,
-        "startedDate": iso(run.started_at),
-        "finishedDate": iso(run.finished_at),
-    }
 
 
 @routes.post(PREFIX)
@@ -105,24 +92,14 @@ async def publish_version(request: web.Request) -> web.Response:
     return web.json_response(version_json(version), status=201)
 
 
-@routes.get(f"{PREFIX}/{{workflowId}}/runs")
-async def list_runs(request: web.Request) -> web.Response:
-    """The workflow's runs, newest first."""
-    found_runs = await runs.list_runs(_project(request), request.match_info["workflowId"])
-    return web.json_response([run_json(r) for r in found_runs])
-
-
-@routes.get(f"{PROJECT}/runs/{{runId}}")
-async def get_run(request: web.Request) -> web.Response:
-    """One run record."""
-    run = await runs.get_run(_project(request), request.match_info["runId"])
-    return web.json_response(run_json(run))
-
-
 @routes.post(f"{PREFIX}/{{workflowId}}/runsync")
-async def run_sync(request: web.Request) -> web.Response:
-    """Run a version now and answer with its outputs; the HTTP status is its statusCode."""
-    body = await parse_body(request, RunSyncBody)
+async def run_sync(request: web.Request) -> web.StreamResponse:
+    """Run a version now and answer with its outputs; the HTTP status is its statusCode.
+
+    With ``Accept: text/event-stream`` the answer is the run's events instead, ending with
+    ``run.finished`` (the run goes on if the client leaves: it can watch or cancel it).
+    """
+    body = await parse_body(request, RunSyncBody, allow_empty=True)
     project_id = _project(request)
     target = await versions.find_run_target(
         project_id,
@@ -130,11 +107,60 @@ async def run_sync(request: web.Request) -> web.Response:
         body.version,
         request.app[appkeys.READS],
     )
-    _, result = await runs.run_version(
-        target,
-        event=body.runEvent,
-        inputs=body.inputs,
-        trigger="api",
-        services=request.app[appkeys.RESOURCES].node_services(project_id),
-    )
+    resources = request.app[appkeys.RESOURCES]
+    services = resources.node_services(project_id)
+    if wants_events(request):
+        return await _run_streamed(request, target, body, services)
+    try:
+        _, result = await runs.run_version(
+            target,
+            event=body.runEvent,
+            inputs=body.inputs,
+            trigger="api",
+            services=services,
+            control=resources.runs,
+        )
+    except (UnknownEvent, InvalidInputs) as refused:
+        # Answered with the error itself, and recorded, as a refused webhook run is.
+        await runs.record_refused_run(
+            target, event=body.runEvent, inputs=body.inputs, trigger="api", error=refused
+        )
+        raise
     return web.json_response(result.response_body(), status=result.status_code)
+
+
+async def _run_streamed(
+    request: web.Request, target: RunTarget, body: RunSyncBody, services: NodeServices
+) -> web.StreamResponse:
+    """runsync with events: the run goes on in a task of its own, the answer follows it."""
+    try:
+        check_run(target.definition, body.runEvent, body.inputs)
+    except (UnknownEvent, InvalidInputs) as refused:
+        await runs.record_refused_run(
+            target, event=body.runEvent, inputs=body.inputs, trigger="api", error=refused
+        )
+        raise
+    control = request.app[appkeys.RESOURCES].runs
+    run_id = new_id()
+    recorded = asyncio.Event()
+    task = control.start(
+        runs.run_version(
+            target,
+            event=body.runEvent,
+            inputs=body.inputs,
+            trigger="api",
+            services=services,
+            control=control,
+            run_id=run_id,
+            watched=recorded,
+        )
+    )
+    # The stream starts once the run's record exists: until then a watcher could not tell
+    # the run from one that never was. A run that could not be recorded is an error answer.
+    waiting = asyncio.ensure_future(recorded.wait())
+    await asyncio.wait({waiting, task}, return_when=asyncio.FIRST_COMPLETED)
+    waiting.cancel()
+    if not recorded.is_set():
+        task.result()  # raises what stopped it (the database away: 503)
+    events = watch_run(run_id, 0, control.events)
+    return await stream_events(request, events, finished_record(target.project_id, run_id))

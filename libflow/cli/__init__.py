@@ -1,4 +1,4 @@
-"""The ``libflow`` command's parser and entry point; admin and public_api hold the commands."""
+"""The ``libflow`` command: its parser and entry point (admin, public_api, runs: the commands)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import aiohttp
 from libflow.cli.admin import keys_create, keys_list, keys_revoke, projects_create
 from libflow.cli.output import CliError
 from libflow.cli.public_api import upload, webhooks_create, workflows_push
+from libflow.cli.runs import add_runs_parser
 from libflow.webhooks.signatures import SCHEMES
 
 
@@ -95,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print the API's webhook record (with its secret)"
     )
     h.set_defaults(run=webhooks_create)
+
+    add_runs_parser(sub)
     return parser
 
 
@@ -109,4 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     except aiohttp.ClientError as err:
         print(f"libflow: cannot reach the server: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # Ctrl-C is how a user stops ``runs watch``: not a crash, so no traceback; 130 is
+        # the shell's code for a command ended by SIGINT.
+        print("libflow: interrupted", file=sys.stderr)
+        return 130
     return 0

@@ -1,6 +1,6 @@
 """The client commands, ``libflow upload``, ``workflows push`` and ``webhooks create``.
 
-They call the public HTTP API with an API key; a 429 RATE_LIMITED answer is waited out.
+They call the public HTTP API with an API key, through api_client (which waits out a 429).
 """
 
 from __future__ import annotations
@@ -17,66 +17,10 @@ import aiohttp
 from tqdm import tqdm
 from yarl import URL
 
+from libflow.cli.api_client import API, ApiCallError, call_api_for_object
 from libflow.cli.output import CliError, print_result
 
-API = "/api/publicv1"
 CHUNK = 1024 * 1024
-
-
-class ApiCallError(CliError):
-    """The API answered with an error body, kept for callers that print more of it."""
-
-    def __init__(self, message: str, body: dict[str, Any]) -> None:
-        super().__init__(message)
-        self.body = body
-
-
-class RateLimitedError(ApiCallError):
-    """429 RATE_LIMITED: the call may be made again after ``retry_after`` seconds."""
-
-    def __init__(self, message: str, body: dict[str, Any], retry_after: int) -> None:
-        super().__init__(message, body)
-        self.retry_after = retry_after
-
-
-# Waits on 429 RATE_LIMITED before the CLI gives up on a call.
-RATE_LIMIT_RETRIES = 10
-
-
-async def _api(
-    session: aiohttp.ClientSession, method: str, url: str, api_key: str, **kwargs: Any
-) -> dict[str, Any]:
-    for attempt in range(RATE_LIMIT_RETRIES + 1):
-        try:
-            return await _api_once(session, method, url, api_key, **kwargs)
-        except RateLimitedError as err:
-            if attempt == RATE_LIMIT_RETRIES:
-                raise
-            await asyncio.sleep(err.retry_after)
-    raise AssertionError("unreachable")
-
-
-async def _api_once(
-    session: aiohttp.ClientSession, method: str, url: str, api_key: str, **kwargs: Any
-) -> dict[str, Any]:
-    headers = {"Authorization": api_key}
-    async with session.request(method, url, headers=headers, **kwargs) as response:
-        try:
-            body = await response.json(content_type=None)
-        except ValueError:
-            body = None
-        # A proxy or another server may answer at this URL: say so instead of crashing.
-        if not isinstance(body, dict):
-            raise CliError(
-                f"{method} {url}: {response.status} {response.reason}: not a libflow API answer"
-            )
-        message = f"{method} {url}: {response.status} {body.get('error')}: {body.get('message')}"
-        retry_after = response.headers.get("Retry-After", "")
-        if response.status == 429 and retry_after.isdigit():
-            raise RateLimitedError(message, body, int(retry_after))
-        if response.status >= 400:
-            raise ApiCallError(message, body)
-        return body
 
 
 async def _file_chunks(path: Path, bar: tqdm[Any]) -> AsyncIterator[bytes]:
@@ -99,7 +43,7 @@ async def upload_file(
     """Create the record, PUT the bytes, finalize: the public three-step flow."""
     files_url = f"{base_url}{API}/projects/{project}/library/files"
     file_type = path.suffix.lstrip(".").lower()
-    created = await _api(
+    created = await call_api_for_object(
         session,
         "POST",
         files_url,
@@ -120,7 +64,7 @@ async def upload_file(
             if response.status >= 400:
                 text = await response.text()
                 raise CliError(f"upload of {path.name} failed: {response.status} {text}")
-    return await _api(
+    return await call_api_for_object(
         session, "POST", f"{files_url}:complete", api_key, json={"path": created["path"]}
     )
 
@@ -187,7 +131,7 @@ async def workflows_push(args: argparse.Namespace) -> None:
     async with aiohttp.ClientSession() as session:
         try:
             if args.workflow:
-                published = await _api(
+                published = await call_api_for_object(
                     session,
                     "POST",
                     f"{workflows_url}/{args.workflow}/versions",
@@ -198,7 +142,7 @@ async def workflows_push(args: argparse.Namespace) -> None:
                 verb = "published"
             else:
                 name = args.name or file_name or path.stem
-                created = await _api(
+                created = await call_api_for_object(
                     session,
                     "POST",
                     workflows_url,
@@ -226,7 +170,7 @@ async def webhooks_create(args: argparse.Namespace) -> None:
         f"{args.url.rstrip('/')}{API}/projects/{args.project}/workflows/{args.workflow_id}/webhooks"
     )
     async with aiohttp.ClientSession() as session:
-        created = await _api(session, "POST", url, args.api_key, json=body)
+        created = await call_api_for_object(session, "POST", url, args.api_key, json=body)
     print_result(
         created,
         args.json,

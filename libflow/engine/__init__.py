@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from libflow.engine.definition import Edge, InvalidWorkflow, Node, WorkflowDefinition
 from libflow.engine.nodes import NodeServices
+from libflow.engine.nodes.state import RunListener
 from libflow.engine.runner import (
     InvalidInputs,
     NodeTiming,
@@ -11,6 +12,7 @@ from libflow.engine.runner import (
     RunResult,
     UnknownEvent,
     WorkflowRun,
+    check_run,
     run_workflow,
 )
 from libflow.engine.validation import parse_definition, parse_definition_off_loop
@@ -23,10 +25,12 @@ __all__ = [
     "NodeServices",
     "NodeTiming",
     "RunError",
+    "RunListener",
     "RunResult",
     "UnknownEvent",
     "WorkflowDefinition",
     "WorkflowRun",
+    "check_run",
     "parse_definition",
     "parse_definition_off_loop",
     "run_workflow",

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from libflow.engine.definition import Edge, Node, WorkflowDefinition, value_matches
+from libflow.engine.definition import Edge, Node, RunPlan, WorkflowDefinition, value_matches
 from libflow.engine.nodes import INSTANT_TYPES, NodeFailure, NodeServices, RunState, run_node
+from libflow.engine.nodes.state import RunListener
 from libflow.engine.render_budget import RunOutOfTime
 from libflow.engine.run_budget import TIMING_RECORD_BYTES, RunBudget, clip_message
 from libflow.errors import LibflowError
@@ -122,6 +123,26 @@ def check_inputs(definition: WorkflowDefinition, inputs: Any) -> dict[str, Any]:
     return checked
 
 
+def _plan_of(definition: WorkflowDefinition, event: str) -> RunPlan:
+    plan = definition.plan(event)
+    if plan is None:
+        raise UnknownEvent(
+            f"the workflow has no event node for event {event!r}",
+            details={"event": event, "knownEvents": definition.event_names()},
+        )
+    return plan
+
+
+def check_run(definition: WorkflowDefinition, event: str, inputs: Any) -> dict[str, Any]:
+    """What a run of ``event`` with ``inputs`` would get: its inputs, defaults applied.
+
+    Raises UnknownEvent or InvalidInputs, as creating the run would (a queued run is
+    checked when it is queued).
+    """
+    _plan_of(definition, event)
+    return check_inputs(definition, inputs)
+
+
 class WorkflowRun:
     """One run of a definition; its state stays readable while it runs and after it ends.
 
@@ -137,14 +158,9 @@ class WorkflowRun:
         event: str,
         inputs: Mapping[str, Any] | None,
         services: NodeServices,
+        listener: RunListener | None = None,
     ) -> None:
-        plan = definition.plan(event)
-        if plan is None:
-            known = definition.event_names()
-            raise UnknownEvent(
-                f"the workflow has no event node for event {event!r}",
-                details={"event": event, "knownEvents": known},
-            )
+        plan = _plan_of(definition, event)
         self.definition = definition
         self.event = event
         self.state = RunState(
@@ -152,6 +168,7 @@ class WorkflowRun:
             inputs=check_inputs(definition, inputs),
             services=services,
             budget=RunBudget(timings_bytes=len(plan.waiting) * TIMING_RECORD_BYTES + plan.id_chars),
+            listener=listener,
         )
         self.status: RunStatus = "running"
         self.error: RunError | None = None
@@ -238,16 +255,28 @@ class WorkflowRun:
 
     async def _run_one(self, node: Node) -> dict[str, Any]:
         """Run one node (marked running when it was scheduled), recording how it ended."""
+        listener = self.state.listener
+        if listener is not None:
+            listener("node.started", {"node": node.id}, None)
         try:
             output = await run_node(node, self.state)
         except NodeFailure as failure:
             failure.node_id = node.id
             self._mark(node.id, "failed")
+            if listener is not None:
+                listener(
+                    "node.failed", {"node": node.id, "error": clip_message(failure.message)}, None
+                )
             raise
         except (asyncio.CancelledError, RunOutOfTime):
             self._mark(node.id, "cancelled")  # stopped by the run's end, not failed
             raise
         self._mark(node.id, "succeeded")
+        if listener is not None:
+            timing = self.timings[node.id]
+            assert timing.finished_date is not None
+            ms = round((timing.finished_date - timing.started_date).total_seconds() * 1000, 3)
+            listener("node.finished", {"node": node.id, "output": output, "ms": ms}, "output")
         return output
 
     async def _walk(self) -> None:

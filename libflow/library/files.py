@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from tortoise.expressions import Q
@@ -22,7 +20,7 @@ from libflow.errors import (
     UploadIncomplete,
     ValidationFailed,
 )
-from libflow.ids import iso, new_id, possible_id, utcnow
+from libflow.ids import iso, new_id, utcnow
 from libflow.jobs import Job, JobQueue
 from libflow.library.filetypes import (
     DOCUMENT_TYPES,
@@ -35,6 +33,7 @@ from libflow.library.processing.budgets import MAX_FILE_TEXT_CHARS
 from libflow.library.processing.stored_text import read_stored_text, text_from_passages
 from libflow.library.search import remove_file_index
 from libflow.models import LibraryFile, ProcessingStatus
+from libflow.paging import decode_cursor, encode_cursor
 from libflow.storage import ObjectInfo, Storage, StorageError
 from libflow.storage.keys import DOCUMENT_KEY, document_key, text_key
 
@@ -205,28 +204,6 @@ async def _seal(storage: Storage, file: LibraryFile) -> ObjectInfo:
     return sealed
 
 
-def _encode_cursor(file: LibraryFile) -> str:
-    raw = f"{file.created_at.isoformat()}|{file.id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        created, file_id = raw.split("|", 1)
-        moment = datetime.fromisoformat(created)
-        if moment.tzinfo is None:
-            raise ValueError("a cursor this API wrote carries a time zone")
-        if not possible_id(file_id):
-            raise ValueError("a cursor this API wrote ends with a file id")
-        return moment, file_id
-    except (ValueError, binascii.Error, UnicodeDecodeError) as err:
-        raise ValidationFailed(
-            "cursor is not one this API returned",
-            details=[{"field": "cursor", "problem": "malformed"}],
-        ) from err
-
-
 async def list_files(
     project_id: str, *, folder_id: str | None, limit: int, cursor: str | None
 ) -> tuple[list[LibraryFile], str | None]:
@@ -236,11 +213,15 @@ async def list_files(
         folder = await find_folder(project_id, folder_id)
         query = query.filter(folder_id=folder.id if folder else None)
     if cursor:
-        created, last_id = _decode_cursor(cursor)
-        query = query.filter(Q(created_at__lt=created) | Q(created_at=created, id__lt=last_id))
+        created, last_id = decode_cursor(cursor)
+        # The first bound lets the index seek to the cursor; the second breaks ties.
+        query = query.filter(
+            Q(created_at__lte=created), Q(created_at__lt=created) | Q(id__lt=last_id)
+        )
     files = await query.order_by("-created_at", "-id").limit(limit + 1)
     if len(files) > limit:
-        return files[:limit], _encode_cursor(files[limit - 1])
+        last = files[limit - 1]
+        return files[:limit], encode_cursor(last.created_at, last.id)
     return files, None
 
 

@@ -28,7 +28,7 @@ from libflow.db.fast_reads import FastReads
 from libflow.db.outages import dependency_down
 from libflow.engine import InvalidInputs, NodeServices, UnknownEvent
 from libflow.errors import NotFound
-from libflow.jobs import JobQueue
+from libflow.jobs import WINDOW_CAP_SECONDS, JobQueue, window_end
 from libflow.json_text import (
     NON_FINITE_PROBLEM,
     UNSTORABLE_PROBLEM,
@@ -38,7 +38,6 @@ from libflow.json_text import (
 )
 from libflow.models import WebhookDelivery, WorkflowRun
 from libflow.webhooks.inbox import (
-    WAKE_UP_WINDOW_SECONDS,
     claim,
     fail_unrecorded,
     finish,
@@ -47,6 +46,7 @@ from libflow.webhooks.inbox import (
     release,
     wake_delivery_job,
 )
+from libflow.workflows.running import RunControl
 from libflow.workflows.runs import record_refused_run, run_version
 from libflow.workflows.versions import find_run_target
 
@@ -67,22 +67,14 @@ def transient(err: BaseException) -> bool:
     return dependency_down(err) or isinstance(err, _TRANSIENT_TYPES)
 
 
-# How long after its window a job makes its last claim: clocks of API and worker hosts
-# differ a little (a larger gap leaves a delivery to the sweep, never loses it).
-WINDOW_MARGIN_SECONDS = 0.05
-WINDOW_CAP_SECONDS = WAKE_UP_WINDOW_SECONDS + WINDOW_MARGIN_SECONDS
-
-
-def _window_end(job_id: str) -> float:
-    """When the wake-up window this job was queued for ends, plus the margin (0: unknown)."""
-    _, _, window = job_id.rpartition(":")
-    if not window.isdigit():
-        return 0.0
-    return (int(window) + 1) * WAKE_UP_WINDOW_SECONDS + WINDOW_MARGIN_SECONDS
-
-
 async def drain_inbox(
-    *, jobs: JobQueue, reads: FastReads, services_for: ServicesFor, job_id: str, job_try: int
+    *,
+    jobs: JobQueue,
+    reads: FastReads,
+    services_for: ServicesFor,
+    control: RunControl,
+    job_id: str,
+    job_try: int,
 ) -> None:
     """Claim and run pending deliveries until the inbox is empty (the deliver_webhooks job).
 
@@ -101,13 +93,15 @@ async def drain_inbox(
             if claimed:
                 deliveries = await WebhookDelivery.filter(id__in=claimed).select_related("webhook")
                 for delivery in deliveries:
-                    running.add(asyncio.create_task(_deliver(reads, services_for, delivery)))
+                    running.add(
+                        asyncio.create_task(_deliver(reads, services_for, control, delivery))
+                    )
             elif not running:
                 if time.monotonic() >= stop_claiming:
                     await wake_delivery_job(jobs)  # the inbox may still hold some
                     return
                 # Once, and capped: a clock far ahead on the API's host must not park this job.
-                wait = min(_window_end(job_id) - time.time(), WINDOW_CAP_SECONDS)
+                wait = min(window_end(job_id) - time.time(), WINDOW_CAP_SECONDS)
                 if waited or wait <= 0:
                     return
                 waited = True
@@ -135,7 +129,9 @@ async def drain_inbox(
             await asyncio.gather(*running, return_exceptions=True)
 
 
-async def _deliver(reads: FastReads, services_for: ServicesFor, delivery: WebhookDelivery) -> None:
+async def _deliver(
+    reads: FastReads, services_for: ServicesFor, control: RunControl, delivery: WebhookDelivery
+) -> None:
     """Run one claimed delivery's workflow (latest version) and record how it went."""
     webhook = delivery.webhook
     try:
@@ -165,7 +161,7 @@ async def _deliver(reads: FastReads, services_for: ServicesFor, delivery: Webhoo
     async def record_with(db: BaseDBAsyncClient, run: WorkflowRun) -> None:
         # In the run record's own transaction: the two never disagree.
         error = run.error
-        if run.status == "cancelled":  # shutdown mid-run: not run again (see the module)
+        if run.status == "cancelled" and error is None:  # shutdown: not run again (see the module)
             error = {"code": "CANCELLED", "node": None, "message": "the worker stopped"}
         await finish(db, delivery.id, run.status == "succeeded", error)
 
@@ -177,6 +173,7 @@ async def _deliver(reads: FastReads, services_for: ServicesFor, delivery: Webhoo
                 inputs=inputs,
                 trigger="webhook",
                 services=services_for(target.project_id),
+                control=control,
                 run_id=delivery.run_id,
                 record_with=record_with,
             )

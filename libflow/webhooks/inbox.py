@@ -12,8 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import time
-import weakref
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,9 +23,9 @@ from libflow import json_text
 from libflow.db.fast_reads import FastReads
 from libflow.db.group_commit import commit_together
 from libflow.engine.definition import MAX_TIMEOUT_SECONDS
-from libflow.errors import NotFound, Unavailable
+from libflow.errors import NotFound
 from libflow.ids import utcnow
-from libflow.jobs import Job, JobQueue
+from libflow.jobs import Job, JobQueue, wake_job
 from libflow.models import DeliveryStatus, WebhookDelivery, WorkflowRun
 from libflow.webhooks.manage import get_webhook, verifying_secrets
 from libflow.webhooks.signatures import SIGNATURE_HEADERS, TOLERANCE_SECONDS, verify
@@ -53,7 +51,6 @@ LISTED_DELIVERY_FIELDS = (
 REQUEUE_AFTER = timedelta(seconds=2)
 # A claimed delivery still running after the longest run allowed lost its worker.
 INTERRUPTED_AFTER = timedelta(seconds=MAX_TIMEOUT_SECONDS + 60)
-WAKE_UP_WINDOW_SECONDS = 0.05
 # GitHub signs the body alone, with no timestamp: a captured delivery verifies forever, and
 # a new X-GitHub-Delivery makes it look new. A body this webhook accepted this recently (the
 # tolerance of the timestamped schemes) is taken for a replay: acknowledged, not run again.
@@ -184,25 +181,9 @@ async def list_deliveries(project_id: str, webhook_id: str, limit: int) -> list[
     )
 
 
-_WOKEN: weakref.WeakKeyDictionary[JobQueue, int] = weakref.WeakKeyDictionary()
-
-
 async def wake_delivery_job(jobs: JobQueue) -> bool:
-    """Queue a job that drains the inbox; False when the queue is down (the sweep will).
-
-    One job per window: this process asks Redis only for the first delivery of each
-    (queueing costs several round trips even when arq refuses a job it already has).
-    """
-    window = int(time.time() / WAKE_UP_WINDOW_SECONDS)
-    if _WOKEN.get(jobs) == window:
-        return True
-    try:
-        await jobs.enqueue(Job.DELIVER_WEBHOOKS, job_id=f"deliver_webhooks:{window}")
-    except Unavailable:
-        logger.warning("deliveries stay in the inbox until the job queue is back")
-        return False
-    _WOKEN[jobs] = window
-    return True
+    """Queue a job that drains the inbox; False when the queue is down (the sweep will)."""
+    return await wake_job(jobs, Job.DELIVER_WEBHOOKS, "deliveries stay in the inbox")
 
 
 # PostgreSQL: workers skip the rows another worker is claiming. SQLite has one writer.

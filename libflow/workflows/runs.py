@@ -1,8 +1,15 @@
-"""Runs of a workflow's version, and their records: written at the end, or early when long."""
+"""Runs of a workflow's version, and their records: written at the end, or early when long.
+
+A run is recorded once, at its end, unless it is watched (runsync with events), was queued
+(its record exists from the start), or runs past RECORD_RUNNING_AFTER: then its record says
+"running", carries a lease, and the run is registered with ``RunControl`` so a cancel can
+reach it and its events reach watchers on any process.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -10,43 +17,26 @@ from typing import Any
 from tortoise.backends.base.client import BaseDBAsyncClient
 
 from libflow.db.group_commit import commit_together, insert_together
-from libflow.engine import NodeServices, RunResult
+from libflow.engine import NodeServices, RunError, RunResult
 from libflow.engine import WorkflowRun as EngineRun
-from libflow.errors import LibflowError, NotFound
-from libflow.ids import new_id, possible_id, utcnow
+from libflow.errors import LibflowError
+from libflow.ids import new_id, utcnow
 from libflow.models import WorkflowRun
-from libflow.workflows.versions import RunTarget, get_workflow
+from libflow.workflows.run_events import RUN_FINISHED, RUN_STARTED, RunEventLog
+from libflow.workflows.running import RunControl
+from libflow.workflows.versions import RunTarget
 
 logger = logging.getLogger("libflow.workflows")
 
-MAX_RUNS_LISTED = 100
 RECORD_RUNNING_AFTER = 1.0  # seconds
 _END_FIELDS = ("status", "status_code", "outputs", "error", "node_timings", "finished_at")
 # A write committed in the same transaction as a run's final record.
 RecordWith = Callable[[BaseDBAsyncClient, WorkflowRun], Awaitable[None]]
+CANCELLED = RunError("CANCELLED", None, "the run was cancelled")
+INTERRUPTED = RunError("INTERRUPTED", None, "the process running it stopped mid-run")
 
 
-async def list_runs(project_id: str, workflow_id: str) -> list[WorkflowRun]:
-    """The workflow's latest runs, newest first."""
-    workflow = await get_workflow(project_id, workflow_id)
-    return (
-        await WorkflowRun.filter(workflow_id=workflow.id)
-        .order_by("-started_at", "-id")
-        .limit(MAX_RUNS_LISTED)
-    )
-
-
-async def get_run(project_id: str, run_id: str) -> WorkflowRun:
-    """One run of the project."""
-    run = None
-    if possible_id(run_id):
-        run = await WorkflowRun.get_or_none(id=run_id, project_id=project_id)
-    if run is None:
-        raise NotFound(f"run {run_id!r} not found")
-    return run
-
-
-def _new_record(target: RunTarget, run_id: str | None, **fields: Any) -> WorkflowRun:
+def new_record(target: RunTarget, run_id: str | None, **fields: Any) -> WorkflowRun:
     """A run record of ``target``'s version, started now unless told (not saved)."""
     fields.setdefault("started_at", utcnow())
     return WorkflowRun(
@@ -65,33 +55,70 @@ async def run_version(
     inputs: dict[str, Any] | None,
     trigger: str,
     services: NodeServices,
+    control: RunControl | None = None,
     run_id: str | None = None,
     record_with: RecordWith | None = None,
+    claimed: WorkflowRun | None = None,
+    watched: asyncio.Event | None = None,
 ) -> tuple[WorkflowRun, RunResult]:
-    """Run one version and record it; a cancelled run (client gone) is recorded as such.
+    """Run one version and record it; a cancelled run is recorded as such.
 
     An unknown event or invalid inputs raise before anything runs or is recorded.
     ``run_id`` lets a caller name the record before it exists, and ``record_with``
     commits a write of its own with the final record (webhook deliveries do both).
+    ``claimed`` is a queued run's record this process claimed; ``watched`` records the
+    run as running at once, publishes its events from the start (runsync with events),
+    and is set once the record is written (watchers may look for it from then on).
+    A cancel (``control``) ends the run "cancelled" and returns normally; a stop of the
+    calling task for another reason (a client gone, a shutdown) is recorded and re-raised.
     """
-    run = EngineRun(target.definition, event=event, inputs=inputs, services=services)
-    recorder = _RunRecorder(target, run_id, run, trigger, record_with)
-    # Most runs end within milliseconds: their record is written once, when they end.
-    # A longer run shows as "running" from RECORD_RUNNING_AFTER on.
-    timer = asyncio.get_running_loop().call_later(RECORD_RUNNING_AFTER, recorder.record_running)
+    if claimed is not None:
+        run_id = claimed.id
+    log = RunEventLog(run_id or new_id(), first_id=2 if claimed is not None else 1)
+    run = EngineRun(
+        target.definition, event=event, inputs=inputs, services=services, listener=log.emit
+    )
+    recorder = _RunRecorder(target, run, trigger, record_with, control, log, claimed)
+    log.emit(RUN_STARTED, {"runId": log.run_id})
+    timer: asyncio.TimerHandle | None = None
+    if claimed is not None:
+        recorder.watch()
+    elif watched is not None:
+        await recorder.record_running_now()
+        watched.set()
+    else:
+        # Most runs end within milliseconds: their record is written once, when they end.
+        # A longer run shows as "running" from RECORD_RUNNING_AFTER on.
+        timer = asyncio.get_running_loop().call_later(RECORD_RUNNING_AFTER, recorder.record_running)
     try:
         result = await run.execute()
     except asyncio.CancelledError:
-        timer.cancel()
-        # The record must still say what happened: save it even though we are cancelled.
-        await asyncio.shield(recorder.record_end(run.result()))
-        raise
+        recorder.unwatch()
+        if timer is not None:
+            timer.cancel()
+        result = run.result()
+        task = asyncio.current_task()
+        if control is not None and control.running.cancel_requested(log.run_id) and task:
+            # Stopped by a cancel: the caller is still there to hear how the run ended.
+            task.uncancel()
+            result = dataclasses.replace(result, error=CANCELLED)
+        else:
+            if claimed is not None:  # a shutdown: nobody cancelled it, and it is not run again
+                result = dataclasses.replace(
+                    result, status="failed", status_code=500, error=INTERRUPTED
+                )
+            # The record must still say what happened: save it even though we are cancelled.
+            await asyncio.shield(recorder.record_end(result))
+            raise
     except Exception:
         # A bug of the runner: it ended the run as failed (INTERNAL), which the record and
         # the caller's answer say like any other failure.
-        logger.exception("run %s: the runner failed", recorder.run_id)
+        logger.exception("run %s: the runner failed", log.run_id)
         result = run.result()
-    timer.cancel()
+    # No await since the run ended: a cancel can no longer reach this task.
+    recorder.unwatch()
+    if timer is not None:
+        timer.cancel()
     # Shielded too: a client leaving during this save must not leave the run "running".
     return await asyncio.shield(recorder.record_end(result)), result
 
@@ -106,23 +133,29 @@ class _RunRecorder:
     def __init__(
         self,
         target: RunTarget,
-        run_id: str | None,
         run: EngineRun,
         trigger: str,
         record_with: RecordWith | None,
+        control: RunControl | None,
+        log: RunEventLog,
+        claimed: WorkflowRun | None,
     ) -> None:
         self._target = target
-        self.run_id = run_id or new_id()
+        self.run_id = log.run_id
         self._run = run
         self._trigger = trigger
-        self._started_at = utcnow()
+        self._started_at = claimed.started_at if claimed is not None else utcnow()
         self._record_with = record_with
+        self._control = control
+        self._log = log
+        self._task = asyncio.current_task()
         self._running: asyncio.Task[None] | None = None
-        self._record: WorkflowRun | None = None
+        self._record: WorkflowRun | None = claimed
+        self._saved = claimed is not None  # the record is in the database already
 
     def _new(self, **fields: Any) -> WorkflowRun:
         run = self._run
-        return _new_record(
+        return new_record(
             self._target,
             self.run_id,
             started_at=self._started_at,
@@ -132,15 +165,50 @@ class _RunRecorder:
             **fields,
         )
 
+    def _running_record(self) -> WorkflowRun:
+        lease = self._control.running.lease_until() if self._control else None
+        record = self._record = self._new(
+            status="running", lease_until=utcnow() + lease if lease else None
+        )
+        return record
+
     def record_running(self) -> None:
         """Write the record as "running" now (called by the loop's timer)."""
-        record = self._record = self._new(status="running")
+        record = self._running_record()
         self._running = asyncio.create_task(
             commit_together(lambda db: record.save(using_db=db, force_create=True))
         )
+        self.watch()
+
+    async def record_running_now(self) -> None:
+        """Write the record as "running" before the run starts (it is watched)."""
+        record = self._running_record()
+        await commit_together(lambda db: record.save(using_db=db, force_create=True))
+        self._saved = True
+        self.watch()
+
+    def watch(self) -> None:
+        """From now on, cancels reach this run and its events are published."""
+        if self._control is None:
+            return
+        if self._task is not None:
+            self._control.running.add(self.run_id, self._task)
+        self._log.attach(self._control.events)
+
+    def unwatch(self) -> None:
+        """The run ended: cancels no longer reach it."""
+        if self._control is not None:
+            self._control.running.discard(self.run_id)
 
     async def record_end(self, result: RunResult) -> WorkflowRun:
-        """Write how the run ended: an update of the running record, or the only insert."""
+        """Write how the run ended, then tell its watchers."""
+        record = await self._write_end(result)
+        if self._log.attached:
+            self._log.emit(RUN_FINISHED, {})
+        return record
+
+    async def _write_end(self, result: RunResult) -> WorkflowRun:
+        """An update of the running record, or the only insert."""
         end = {
             "status": result.status,
             "status_code": result.status_code,
@@ -155,9 +223,9 @@ class _RunRecorder:
             if self._record_with is None:
                 await insert_together(record)  # the common case: one row, batched with others
                 return record
-            await commit_together(lambda db: self._write_end(db, record, insert=True))
+            await commit_together(lambda db: self._write(db, record, insert=True))
             return record
-        insert = True
+        insert = not self._saved
         if self._running is not None:
             # The "running" insert may still wait in a group commit: it must write "running",
             # not this end. The end is written only below, in one transaction with the
@@ -169,10 +237,10 @@ class _RunRecorder:
             except Exception:
                 logger.exception("run %s: its running record was not written", record.id)
         record.update_from_dict(end)
-        await commit_together(lambda db: self._write_end(db, record, insert=insert))
+        await commit_together(lambda db: self._write(db, record, insert=insert))
         return record
 
-    async def _write_end(self, db: BaseDBAsyncClient, record: WorkflowRun, *, insert: bool) -> None:
+    async def _write(self, db: BaseDBAsyncClient, record: WorkflowRun, *, insert: bool) -> None:
         if insert:
             await record.save(using_db=db, force_create=True)
         else:
@@ -196,7 +264,7 @@ async def record_refused_run(
     runsync answers such a caller with the error itself; a webhook delivery has
     nobody to answer, so its run record is where the error shows.
     """
-    record = _new_record(
+    record = new_record(
         target,
         run_id,
         event=event,

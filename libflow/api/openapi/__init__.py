@@ -1,7 +1,7 @@
 """The OpenAPI 3.1 document of the public interface, built from the request models.
 
 This module holds the library, storage and operations routes and assembles the document;
-libflow.openapi_workflows and libflow.openapi_webhooks contribute the rest.
+the modules beside it contribute workflows, runs, schedules and webhooks.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from libflow.api.bodies import Body, CreateFileBody, CreateFolderBody, FinalizeB
 from libflow.api.openapi.common import (
     AUTH_ERRORS,
     DATE,
+    LINK_NEXT,
     NULLABLE_STR,
     PROJECT,
     STR,
@@ -24,8 +25,15 @@ from libflow.api.openapi.common import (
     path_params,
     ref,
 )
+from libflow.api.openapi.runs import RUN_BODIES, RUN_SCHEMAS, run_operations
+from libflow.api.openapi.schedules import (
+    SCHEDULE_BODIES,
+    SCHEDULE_SCHEMAS,
+    schedule_operations,
+)
 from libflow.api.openapi.webhooks import WEBHOOK_BODIES, WEBHOOK_SCHEMAS, webhook_operations
 from libflow.api.openapi.workflows import WORKFLOW_BODIES, WORKFLOW_SCHEMAS, workflow_operations
+from libflow.errors import STATUS_BY_CODE
 
 LIB = f"{PROJECT}/library"
 LIBRARY_BODIES: tuple[type[Body], ...] = (CreateFolderBody, CreateFileBody, FinalizeBody)
@@ -106,6 +114,21 @@ SEARCH_HIT = {
     },
 }
 
+_READY = {
+    "type": "object",
+    "required": ["status", "checks"],
+    "properties": {
+        "status": {"const": "ok"},
+        "checks": {"type": "object", "additionalProperties": STR},
+    },
+}
+_READYZ_DESCRIPTION = """\
+`checks` names each dependency with `ok` or what is wrong with it: `database`, `storage`, \
+and with Redis configured (the scaled shape) `redis` and `workers`. A check that fails or \
+does not answer within 3 s makes the answer 503 UNAVAILABLE, with the checks in `details`. \
+`workers` is `ok` when an arq worker polled Redis within the last few seconds, else a \
+message; it never makes /readyz fail (queued work waits for a worker)."""
+
 _REDIRECT = {"description": "redirect to a signed URL", "headers": {"Location": {"schema": STR}}}
 
 
@@ -151,7 +174,7 @@ def _operations() -> dict[str, dict[str, Any]]:
                 "responses": {
                     "200": {
                         **json_response({"type": "array", "items": ref("LibraryFile")}, "files"),
-                        "headers": {"Link": {"schema": STR, "description": 'rel="next"'}},
+                        "headers": LINK_NEXT,
                     },
                     **errors(400, *AUTH_ERRORS, 404),
                 },
@@ -224,6 +247,8 @@ def _operations() -> dict[str, dict[str, Any]]:
             },
         },
         **workflow_operations(),
+        **run_operations(),
+        **schedule_operations(),
         **webhook_operations(),
         "/storage/{key}": {
             "put": {
@@ -264,10 +289,11 @@ def _operations() -> dict[str, dict[str, Any]]:
         },
         "/readyz": {
             "get": {
-                "summary": "Readiness: database, storage, Redis",
+                "summary": "Readiness: database, storage, Redis (and whether workers poll)",
+                "description": _READYZ_DESCRIPTION,
                 "security": [],
                 "responses": {
-                    "200": json_response({"type": "object"}, "ready"),
+                    "200": json_response(_READY, "ready"),
                     **errors(503),
                 },
             }
@@ -298,7 +324,18 @@ def openapi_document(server_url: str) -> dict[str, Any]:
         "Error": {
             "type": "object",
             "required": ["error", "message"],
-            "properties": {"error": STR, "message": STR, "details": {}},
+            "properties": {
+                "error": {
+                    "type": "string",
+                    "enum": list(STATUS_BY_CODE),
+                    "description": "The code, with the HTTP status it is answered with: "
+                    + ", ".join(f"{code} {status}" for code, status in STATUS_BY_CODE.items())
+                    + " (on /storage: EMPTY_UPLOAD 400 at the PUT, VALIDATION_ERROR also 416 "
+                    "and 417)",
+                },
+                "message": STR,
+                "details": {"description": "What was wrong, when there is more to say"},
+            },
         },
         "Folder": FOLDER,
         "LibraryFile": FILE,
@@ -306,9 +343,17 @@ def openapi_document(server_url: str) -> dict[str, Any]:
         "UploadCreated": UPLOAD,
         "SearchHit": SEARCH_HIT,
         **WORKFLOW_SCHEMAS,
+        **RUN_SCHEMAS,
+        **SCHEDULE_SCHEMAS,
         **WEBHOOK_SCHEMAS,
     }
-    for model in (*LIBRARY_BODIES, *WORKFLOW_BODIES, *WEBHOOK_BODIES):
+    for model in (
+        *LIBRARY_BODIES,
+        *WORKFLOW_BODIES,
+        *RUN_BODIES,
+        *SCHEDULE_BODIES,
+        *WEBHOOK_BODIES,
+    ):
         schemas[model.__name__] = model.model_json_schema(
             ref_template="#/components/schemas/{model}"
         )

@@ -7,6 +7,7 @@ from typing import Any
 from libflow.api.bodies import Body
 
 PROJECT = "/api/publicv1/projects/{projectId}"
+WF = f"{PROJECT}/workflows"
 ERROR = {"$ref": "#/components/schemas/Error"}
 STR = {"type": "string"}
 NULLABLE_STR = {"type": ["string", "null"]}
@@ -24,6 +25,13 @@ RETRY_AFTER = {
     }
 }
 _RETRY_STATUSES = frozenset({429, 503})
+# The header of a list answer that has a next page.
+LINK_NEXT = {
+    "Link": {
+        "schema": STR,
+        "description": '`<URL of the next page>; rel="next"`, absent on the last page',
+    }
+}
 
 
 def json_response(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -49,14 +57,31 @@ def ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def body(model: type[Body]) -> dict[str, Any]:
-    """A required JSON request body validated as ``model`` (whose schema is a component)."""
-    return {"required": True, "content": {"application/json": {"schema": ref(model.__name__)}}}
+def body(model: type[Body], *, required: bool = True) -> dict[str, Any]:
+    """A JSON request body validated as ``model`` (whose schema is a component).
+
+    Not ``required``: an empty body stands for ``{}`` (every field's default).
+    """
+    return {
+        "required": required,
+        "content": {"application/json": {"schema": ref(model.__name__)}},
+    }
 
 
 def path_params(*names: str) -> list[dict[str, Any]]:
     """Required string path parameters."""
     return [{"name": n, "in": "path", "required": True, "schema": STR} for n in names]
+
+
+def query_param(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    """An optional query parameter."""
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": schema,
+        "description": description,
+    }
 
 
 def limit_param(maximum: int, default: int | None = None) -> dict[str, Any]:

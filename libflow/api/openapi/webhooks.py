@@ -14,6 +14,7 @@ from libflow.api.openapi.common import (
     PROJECT,
     RETRY_AFTER,
     STR,
+    WF,
     body,
     errors,
     json_response,
@@ -21,7 +22,7 @@ from libflow.api.openapi.common import (
     path_params,
     ref,
 )
-from libflow.api.openapi.workflows import WF
+from libflow.api.openapi.runs import accepted_run
 from libflow.models import DeliveryStatus
 from libflow.webhooks.inbox import MAX_DELIVERIES_LISTED, MAX_DELIVERY_BYTES
 from libflow.webhooks.manage import ROTATION_GRACE
@@ -247,6 +248,20 @@ def webhook_operations() -> dict[str, dict[str, Any]]:
                     "200": json_response(
                         {"type": "array", "items": ref("WebhookDelivery")}, "deliveries"
                     ),
+                    **errors(400, *AUTH_ERRORS, 404),
+                },
+            },
+        },
+        f"{WEBHOOK}/deliveries/{{deliveryId}}/replay": {
+            "post": {
+                "summary": "Run a delivery's stored payload again, as a new queued run",
+                "description": "Whatever the delivery's status: a new run (trigger `replay`) "
+                "of the stored payload (inputs `{payload, headers}` as a delivery's run has "
+                "them), queued as `POST .../runs` queues one. 400 INVALID_INPUTS when the "
+                "stored payload cannot be a run's input.",
+                "parameters": path_params("projectId", "webhookId", "deliveryId"),
+                "responses": {
+                    "202": accepted_run("the new run, queued"),
                     **errors(400, *AUTH_ERRORS, 404),
                 },
             },

@@ -1,4 +1,4 @@
-"""The workflow and run parts of the OpenAPI document (merged by libflow.api.openapi)."""
+"""The workflow parts of the OpenAPI document, runsync too (merged by libflow.api.openapi)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,18 @@ from libflow.api.openapi.common import (
     AUTH_ERRORS,
     DATE,
     ERROR,
-    NULLABLE_DATE,
-    NULLABLE_STR,
     OBJECT,
-    PROJECT,
     STR,
+    WF,
     body,
     errors,
     json_response,
     path_params,
     ref,
 )
+from libflow.api.openapi.runs import EVENT_STREAM, EVENTS_DESCRIPTION
+from libflow.engine.runner import CANCELLED_STATUS_CODE
 
-WF = f"{PROJECT}/workflows"
 WORKFLOW_BODIES: tuple[type[Body], ...] = (CreateWorkflowBody, PublishVersionBody, RunSyncBody)
 WORKFLOW_SCHEMAS: dict[str, Any] = {
     "Workflow": {
@@ -63,38 +62,32 @@ WORKFLOW_SCHEMAS: dict[str, Any] = {
                 "required": ["outputs"],
                 "properties": {
                     "outputs": OBJECT,
-                    "error": {
-                        "type": "object",
-                        "properties": {"code": STR, "node": NULLABLE_STR, "message": STR},
-                    },
+                    "error": ref("RunError"),
                 },
             },
-        },
-    },
-    "Run": {
-        "type": "object",
-        "required": ["runId", "workflowId", "version", "event", "trigger", "status"],
-        "properties": {
-            "runId": STR,
-            "workflowId": STR,
-            "version": STR,
-            "event": STR,
-            "trigger": {"enum": ["api", "webhook"]},
-            "status": {"enum": ["running", "succeeded", "failed", "timed_out", "cancelled"]},
-            "statusCode": {"type": ["integer", "null"]},
-            "inputs": OBJECT,
-            "outputs": OBJECT,
-            "error": {"type": ["object", "null"]},
-            "nodeTimings": OBJECT,
-            "startedDate": DATE,
-            "finishedDate": NULLABLE_DATE,
         },
     },
 }
 
 
+_RUNSYNC_DESCRIPTION = f"""\
+The body may be empty: `{{}}` runs event `run` with no inputs on the latest version. Every \
+run is recorded (trigger `api`); an unknown event or invalid inputs are answered 400 and \
+recorded as a failed run. A client that disconnects cancels its run (recorded `cancelled`). \
+A run still going after a second is recorded `running` and can be cancelled through \
+`POST .../runs/{{runId}}/cancel`: its answer is then {CANCELLED_STATUS_CODE} with error \
+CANCELLED.
+
+With `Accept: text/event-stream` the answer is the run's events instead, as \
+`GET .../runs/{{runId}}/events` streams them (without `run.queued`), ending with \
+`run.finished`; errors before the run starts are still JSON. That run goes on if the client \
+leaves: it can be watched or cancelled with the `runId` of `run.started`.
+
+{EVENTS_DESCRIPTION}"""
+
+
 def workflow_operations() -> dict[str, dict[str, Any]]:
-    """The paths of workflows, their versions and their runs."""
+    """The paths of workflows, their versions and runsync."""
     project = path_params("projectId")
     workflow = path_params("projectId", "workflowId")
     return {
@@ -138,23 +131,21 @@ def workflow_operations() -> dict[str, dict[str, Any]]:
                 },
             },
         },
-        f"{WF}/{{workflowId}}/runs": {
-            "get": {
-                "summary": "The workflow's runs, newest first",
-                "parameters": workflow,
-                "responses": {
-                    "200": json_response({"type": "array", "items": ref("Run")}, "runs"),
-                    **errors(*AUTH_ERRORS, 404),
-                },
-            },
-        },
         f"{WF}/{{workflowId}}/runsync": {
             "post": {
                 "summary": "Run a workflow and answer with its outputs (status = statusCode)",
+                "description": _RUNSYNC_DESCRIPTION,
                 "parameters": workflow,
-                "requestBody": body(RunSyncBody),
+                "requestBody": body(RunSyncBody, required=False),
                 "responses": {
-                    "200": json_response(ref("RunSyncResult"), "the run succeeded"),
+                    "200": {
+                        "description": "the run succeeded; or, asked for with `Accept: "
+                        "text/event-stream`, the run's events until run.finished",
+                        "content": {
+                            "application/json": {"schema": ref("RunSyncResult")},
+                            **EVENT_STREAM,
+                        },
+                    },
                     "500": json_response(ref("RunSyncResult"), "a node failed (NODE_FAILED)"),
                     "504": json_response(ref("RunSyncResult"), "the run timed out (RUN_TIMEOUT)"),
                     "default": json_response(
@@ -162,16 +153,6 @@ def workflow_operations() -> dict[str, dict[str, Any]]:
                         "a respond or fail node's status, or an error",
                     ),
                     **errors(400, *AUTH_ERRORS, 404),
-                },
-            },
-        },
-        f"{PROJECT}/runs/{{runId}}": {
-            "get": {
-                "summary": "One run record",
-                "parameters": path_params("projectId", "runId"),
-                "responses": {
-                    "200": json_response(ref("Run"), "the run"),
-                    **errors(*AUTH_ERRORS, 404),
                 },
             },
         },

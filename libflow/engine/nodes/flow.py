@@ -32,6 +32,8 @@ async def run_set_output(node: Node, state: RunState) -> dict[str, Any]:
     value = await field_value(node, state, "value")
     await state.budget.set_output(name, value, state.inputs)
     state.outputs[name] = value
+    if state.listener is not None:
+        state.listener("output", {"name": name, "value": value}, "value")
     return {"value": value}
 
 

@@ -16,6 +16,8 @@ from libflow.engine.render_budget import ExpressionError, RunOutOfTime
 from libflow.engine.run_budget import RunBudget
 
 SearchLibrary = Callable[[str, int], Awaitable[list[dict[str, Any]]]]
+# Told of a run's events as they happen: (name, data, the data's key holding a large value).
+RunListener = Callable[[str, dict[str, Any], str | None], None]
 FileText = Callable[[str], Awaitable[dict[str, Any]]]
 
 
@@ -50,6 +52,7 @@ class RunState:
     outputs: dict[str, Any] = field(default_factory=dict)
     status_code: int = 200
     budget: RunBudget = field(default_factory=RunBudget)
+    listener: RunListener | None = None
 
     def expression_context(self) -> dict[str, Any]:
         """The names expressions see: inputs, nodes (results so far) and event."""
