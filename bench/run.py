@@ -6,7 +6,18 @@ import sys
 import time
 from collections.abc import Callable
 
-from bench import get_file, processing, runsync, search, upload, webhooks
+from bench import (
+    async_runs,
+    code_node,
+    get_file,
+    llm_node,
+    processing,
+    run_history,
+    runsync,
+    search,
+    upload,
+    webhooks,
+)
 from bench._common import Report, Result, install_sigterm_handler, render_table
 
 BENCHMARKS: tuple[tuple[str, Callable[[], Report]], ...] = (
@@ -16,6 +27,10 @@ BENCHMARKS: tuple[tuple[str, Callable[[], Report]], ...] = (
     (search.NAME, search.run),
     (runsync.NAME, runsync.run),
     (webhooks.NAME, webhooks.run),
+    (async_runs.NAME, async_runs.run),
+    (llm_node.NAME, llm_node.run),
+    (code_node.NAME, code_node.run),
+    (run_history.NAME, run_history.run),
 )
 
 

@@ -15,7 +15,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from libflow import appkeys
-from libflow.api import library, ops, runs, schedules, storage, webhooks, workflows
+from libflow.api import library, ops, runs, schedules, secrets, storage, webhooks, workflows
 from libflow.api.auth import api_key_middleware
 from libflow.api.errors import error_middleware, serve_json_errors
 from libflow.jobs import InProcessJobQueue
@@ -124,6 +124,7 @@ def create_app(settings: Settings) -> web.Application:
     app.add_routes(runs.routes)
     app.add_routes(schedules.routes)
     app.add_routes(webhooks.routes)
+    app.add_routes(secrets.routes)
     app.add_routes(storage.routes)
     app.add_routes(ops.routes)
     return app

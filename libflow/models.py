@@ -218,6 +218,8 @@ class WorkflowRun(Model):
     finished_at = fields.DatetimeField(null=True)
     lease_until = fields.DatetimeField(null=True)
     cancel_requested_at = fields.DatetimeField(null=True)
+    # The run whose call_workflow or map node started this one (trigger "call").
+    parent_run_id = fields.CharField(max_length=32, null=True)
 
     workflow_id: str
 
@@ -328,3 +330,26 @@ class WebhookDelivery(Model):
         table = "webhook_deliveries"
         unique_together = (("webhook_id", "external_id"),)
         indexes = (("webhook_id", "received_at"), ("status", "received_at"))
+
+
+class Secret(Model):
+    """A project's named secret, read by workflows as secrets.NAME.
+
+    ``value`` holds it sealed (AES-GCM, bound to the project and the name, see
+    libflow/secrets/crypto.py), never in clear.
+    """
+
+    id = fields.CharField(primary_key=True, max_length=32, default=new_id)
+    project: fields.ForeignKeyRelation[Project] = fields.ForeignKeyField(
+        "models.Project", related_name="secrets", on_delete=fields.CASCADE
+    )
+    name = fields.CharField(max_length=64)
+    value = fields.TextField()
+    created_at = fields.DatetimeField(auto_now_add=True)
+    updated_at = fields.DatetimeField(auto_now=True)
+
+    project_id: str
+
+    class Meta:
+        table = "project_secrets"
+        unique_together = (("project_id", "name"),)

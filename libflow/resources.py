@@ -31,6 +31,7 @@ from libflow.jobs import (
 from libflow.library.embeddings import open_embedder
 from libflow.library.embeddings.interface import Embedder
 from libflow.library.search import VectorIndex
+from libflow.secrets.crypto import box_of, use_secret_box
 from libflow.storage import Storage
 from libflow.storage.factory import open_storage
 from libflow.workflows.run_services import run_services
@@ -69,6 +70,7 @@ class Resources:
             embedder=self.embedder,
             vectors=self.vectors,
             reads=self.reads,
+            control=self.runs,
         )
 
 
@@ -82,6 +84,8 @@ async def open_resources(
     process, which then needs ``job_functions`` (only ``workers/`` knows them).
     """
     async with AsyncExitStack() as stack:
+        # Before the database: a migration seals webhook secrets with it.
+        use_secret_box(box_of(settings))
         await stack.enter_async_context(open_database(settings.resolved_database_url))
         reads = FastReads(settings.resolved_database_url)
         stack.callback(reads.close)

@@ -39,6 +39,10 @@ class Settings(BaseModel):
     embedding_batch_size: int = Field(default=32, gt=0)
     openai_base_url: str | None = None
     openai_api_key: str | None = Field(default=None, repr=False)
+    # The OpenAI-compatible chat API of llm nodes: its base URL (including /v1), key, model.
+    llm_base_url: str | None = None
+    llm_api_key: str | None = Field(default=None, repr=False)
+    llm_model: str | None = None
     http_allow_private: bool = False
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)

@@ -44,6 +44,7 @@ def run_json(run: WorkflowRun) -> dict[str, Any]:
         "outputs": run.outputs,
         "error": run.error,
         "nodeTimings": run.node_timings,
+        "parentRunId": run.parent_run_id,
         "startedDate": iso(run.started_at),
         "finishedDate": iso(run.finished_at),
     }

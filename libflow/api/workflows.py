@@ -126,7 +126,10 @@ async def run_sync(request: web.Request) -> web.StreamResponse:
             target, event=body.runEvent, inputs=body.inputs, trigger="api", error=refused
         )
         raise
-    return web.json_response(result.response_body(), status=result.status_code)
+    answer = result.response_body()
+    if services.secrets is not None:  # the answer is a record of the run too
+        answer = services.secrets.redact(answer)
+    return web.json_response(answer, status=result.status_code)
 
 
 async def _run_streamed(

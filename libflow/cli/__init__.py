@@ -9,7 +9,14 @@ import sys
 
 import aiohttp
 
-from libflow.cli.admin import keys_create, keys_list, keys_revoke, projects_create
+from libflow.cli.admin import (
+    OLD_KEY_VARIABLE,
+    keys_create,
+    keys_list,
+    keys_revoke,
+    projects_create,
+    secrets_rotate_key,
+)
 from libflow.cli.output import CliError
 from libflow.cli.public_api import upload, webhooks_create, workflows_push
 from libflow.cli.runs import add_runs_parser
@@ -96,6 +103,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print the API's webhook record (with its secret)"
     )
     h.set_defaults(run=webhooks_create)
+
+    secrets = sub.add_parser("secrets", help="manage how secrets are sealed at rest")
+    r = secrets.add_subparsers(dest="action", required=True).add_parser(
+        "rotate-key",
+        help="re-seal every secret and webhook secret under the settings' key",
+        description="Re-seal every project secret and webhook signing secret, sealed under "
+        "the old key, under the key the settings name now (LIBFLOW_SECRET_KEY, or the data "
+        f"dir's secret_key). The old key comes from --old-key-file or {OLD_KEY_VARIABLE}. "
+        "All or nothing, in one transaction; safe to run again. Stop the servers and "
+        "workers first: a process still on the old key cannot read what is re-sealed.",
+    )
+    r.add_argument(
+        "--old-key-file", metavar="FILE", help="the old key's file (a data dir's secret_key)"
+    )
+    r.add_argument("--json", action="store_true", help="print {resealed, alreadyNew, keyId}")
+    r.set_defaults(run=secrets_rotate_key)
 
     add_runs_parser(sub)
     return parser

@@ -1,9 +1,11 @@
-"""The admin commands, ``libflow projects`` and ``libflow keys``: they work on the database."""
+"""Admin commands (``libflow projects``, ``keys``, ``secrets``): they work on the database."""
 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from tortoise.exceptions import DBConnectionError
 
@@ -12,7 +14,17 @@ from libflow.db.connection import open_database
 from libflow.errors import LibflowError
 from libflow.models import ApiKey, Project
 from libflow.projects import create_api_key, create_project, revoke_api_key
+from libflow.secrets.crypto import (
+    SecretBox,
+    SecretUnreadable,
+    box_of,
+    secret_box,
+    use_secret_box,
+)
+from libflow.secrets.rotation import rotate_key
 from settings import SettingsError, settings_from_env
+
+OLD_KEY_VARIABLE = "LIBFLOW_OLD_SECRET_KEY"
 
 
 async def _with_database(action: Callable[[], Awaitable[None]]) -> None:
@@ -20,6 +32,11 @@ async def _with_database(action: Callable[[], Awaitable[None]]) -> None:
         settings = settings_from_env()
     except SettingsError as err:
         raise CliError(str(err)) from err
+    try:
+        # Before the database: a migration may have webhook secrets to seal.
+        use_secret_box(box_of(settings))
+    except (OSError, SettingsError) as err:
+        raise CliError(f"cannot read the secret key: {err}") from err
     try:
         async with open_database(settings.resolved_database_url):
             await action()
@@ -95,5 +112,43 @@ async def keys_list(args: argparse.Namespace) -> None:
             for r in rows
         )
         print_result(rows, args.json, text or "no keys")
+
+    await _with_database(action)
+
+
+def _old_box(key_file: str | None) -> SecretBox:
+    """The box of the key being replaced: from --old-key-file or LIBFLOW_OLD_SECRET_KEY."""
+    from_env = os.environ.get(OLD_KEY_VARIABLE, "")
+    if (key_file is None) == (from_env == ""):
+        raise CliError(f"name the old key with --old-key-file FILE or {OLD_KEY_VARIABLE} (one)")
+    if key_file is None:
+        return SecretBox(from_env.encode())
+    try:
+        key = Path(key_file).read_bytes().strip()  # as the data dir's generated key is read
+    except OSError as err:
+        raise CliError(f"cannot read the old key: {err}") from err
+    if not key:
+        raise CliError(f"{key_file} is empty")
+    return SecretBox(key)
+
+
+async def secrets_rotate_key(args: argparse.Namespace) -> None:
+    """``libflow secrets rotate-key``: re-seal every secret under the settings' key."""
+    old = _old_box(args.old_key_file)
+
+    async def action() -> None:
+        new = secret_box()
+        if new.key_id == old.key_id:
+            raise CliError("the old key and the settings' key are the same: nothing to do")
+        try:
+            done = await rotate_key(old, new)
+        except SecretUnreadable as err:
+            raise CliError(f"nothing was changed: {err}") from err
+        print_result(
+            {"resealed": done.resealed, "alreadyNew": done.already_new, "keyId": new.key_id},
+            args.json,
+            f"{done.resealed} secrets re-sealed under key id {new.key_id}"
+            f" ({done.already_new} were already)",
+        )
 
     await _with_database(action)

@@ -16,6 +16,7 @@ from libflow.engine.definition import (
     value_matches,
 )
 from libflow.engine.expressions import check_syntax, count_tokens, has_expressions
+from libflow.engine.javascript import source_problem
 
 HTTP_METHODS: Final = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 _ABSENT: Final = object()
@@ -70,7 +71,34 @@ def _string_values(value: Any) -> str | None:
     return "must map header names to strings"
 
 
+LLM_ROLES: Final = ("system", "developer", "user", "assistant")
+MAX_LLM_MESSAGES: Final = 1000  # messages of one llm node's request
+
+
+def message_problem(value: Any) -> str | None:
+    """Why an llm node's messages are not a list of ``{role, content}``, or None (ok)."""
+    if not isinstance(value, list) or not value:
+        return "must be a non-empty array of {role, content} messages"
+    if len(value) > MAX_LLM_MESSAGES:
+        return f"must hold at most {MAX_LLM_MESSAGES} messages"
+    for index, message in enumerate(value):
+        if not isinstance(message, dict) or set(message) != {"role", "content"}:
+            return f"item {index} must be an object of exactly role and content"
+        if message["role"] not in LLM_ROLES:
+            return f"item {index}: role must be one of {', '.join(LLM_ROLES)}"
+        if not isinstance(message["content"], str):
+            return f"item {index}: content must be a string"
+    return None
+
+
 _STRING = ("string",)
+
+
+def _version(value: Any) -> str | None:
+    """A version is named by its number: "1", "2", ..."""
+    return None if value.isdigit() and not value.startswith("0") else "must be a version number"
+
+
 NODE_FIELDS: Final[Mapping[str, Mapping[str, FieldSpec]]] = {
     "event": {"event": FieldSpec(_STRING, required=True, check=_non_empty)},
     "input": {
@@ -99,6 +127,25 @@ NODE_FIELDS: Final[Mapping[str, Mapping[str, FieldSpec]]] = {
         "limit": FieldSpec(("integer",), default=10, templated=True, check=_between(1, 100)),
     },
     "library_file_text": {"fileId": FieldSpec(_STRING, required=True, templated=True)},
+    "llm": {
+        # Unset: LIBFLOW_LLM_MODEL, and LIBFLOW_LLM_API_KEY for the key.
+        "model": FieldSpec(_STRING, default=None, templated=True),
+        "messages": FieldSpec(("array",), required=True, templated=True, check=message_problem),
+        "temperature": FieldSpec(("number",), default=None, templated=True, check=_between(0, 2)),
+        "maxTokens": FieldSpec(
+            ("integer",), default=None, templated=True, check=_between(1, 1_000_000)
+        ),
+        "responseFormat": FieldSpec(_STRING, default="text", check=_one_of("text", "json")),
+        "apiKey": FieldSpec(_STRING, default=None, templated=True),
+    },
+    "code": {
+        # V8 compiles it (blocking: publishing runs on a CPU thread).
+        "source": FieldSpec(_STRING, required=True, check=source_problem),
+        # At most 30 s of a script's own (never past its run's timeout). 8 MiB is what V8
+        # needs to start with room to work; 4 scripts at once of 512 MiB fit the machine.
+        "timeoutMs": FieldSpec(("integer",), default=1000, check=_between(1, 30_000)),
+        "memoryMb": FieldSpec(("integer",), default=64, check=_between(8, 512)),
+    },
     "delay": {
         "seconds": FieldSpec(
             ("number",), required=True, templated=True, check=_between(0, MAX_TIMEOUT_SECONDS)
@@ -108,6 +155,18 @@ NODE_FIELDS: Final[Mapping[str, Mapping[str, FieldSpec]]] = {
         "statusCode": FieldSpec(
             ("integer",), required=True, templated=True, check=_between(200, 599)
         )
+    },
+    "call_workflow": {
+        # Not templated: publishing checks that it names a workflow of the project.
+        "workflowId": FieldSpec(_STRING, required=True, check=_non_empty),
+        "version": FieldSpec(_STRING, default=None, check=_version),
+        "inputs": FieldSpec(("object",), default={}, templated=True),
+    },
+    "map": {
+        "items": FieldSpec(("array", "string"), required=True, templated=True),
+        "workflowId": FieldSpec(_STRING, required=True, check=_non_empty),
+        "version": FieldSpec(_STRING, default=None, check=_version),
+        "concurrency": FieldSpec(("integer",), default=4, templated=True, check=_between(1, 32)),
     },
     "fail": {
         "message": FieldSpec(_STRING, required=True, templated=True),

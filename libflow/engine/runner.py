@@ -11,7 +11,14 @@ from datetime import datetime
 from typing import Any, Literal
 
 from libflow.engine.definition import Edge, Node, RunPlan, WorkflowDefinition, value_matches
-from libflow.engine.nodes import INSTANT_TYPES, NodeFailure, NodeServices, RunState, run_node
+from libflow.engine.nodes import (
+    INSTANT_TYPES,
+    USAGE_TYPES,
+    NodeFailure,
+    NodeServices,
+    RunState,
+    run_node,
+)
 from libflow.engine.nodes.state import RunListener
 from libflow.engine.render_budget import RunOutOfTime
 from libflow.engine.run_budget import TIMING_RECORD_BYTES, RunBudget, clip_message
@@ -21,6 +28,8 @@ from libflow.ids import iso, utcnow
 RunStatus = Literal["running", "succeeded", "failed", "timed_out", "cancelled"]
 NodeStatus = Literal["running", "succeeded", "failed", "skipped", "cancelled"]
 CANCELLED_STATUS_CODE = 499  # never sent: the client is gone (nginx's "client closed request")
+# The room a node's token usage takes in its timing, kept for each node of USAGE_TYPES.
+USAGE_RECORD_BYTES = 96
 
 
 class UnknownEvent(LibflowError):
@@ -42,14 +51,18 @@ class NodeTiming:
     started_date: datetime
     finished_date: datetime | None
     status: NodeStatus
+    usage: dict[str, int] | None = None  # a model's tokens, for the nodes that called one
 
     def to_json(self) -> dict[str, Any]:
         """The camelCase shape of run records."""
-        return {
+        timing: dict[str, Any] = {
             "startedDate": iso(self.started_date),
             "finishedDate": iso(self.finished_date),
             "status": self.status,
         }
+        if self.usage is not None:
+            timing["usage"] = self.usage
+        return timing
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +172,8 @@ class WorkflowRun:
         inputs: Mapping[str, Any] | None,
         services: NodeServices,
         listener: RunListener | None = None,
+        run_id: str | None = None,
+        depth: int = 0,
     ) -> None:
         plan = _plan_of(definition, event)
         self.definition = definition
@@ -167,8 +182,10 @@ class WorkflowRun:
             event=event,
             inputs=check_inputs(definition, inputs),
             services=services,
-            budget=RunBudget(timings_bytes=len(plan.waiting) * TIMING_RECORD_BYTES + plan.id_chars),
+            budget=RunBudget(timings_bytes=_timings_bytes(definition, plan)),
             listener=listener,
+            run_id=run_id,
+            depth=depth,
         )
         self.status: RunStatus = "running"
         self.error: RunError | None = None
@@ -251,7 +268,8 @@ class WorkflowRun:
         elif status == "skipped":
             self.timings[node_id] = NodeTiming(now, now, status)
         else:
-            self.timings[node_id] = NodeTiming(self.timings[node_id].started_date, now, status)
+            started = self.timings[node_id].started_date
+            self.timings[node_id] = NodeTiming(started, now, status, self.state.usage.get(node_id))
 
     async def _run_one(self, node: Node) -> dict[str, Any]:
         """Run one node (marked running when it was scheduled), recording how it ended."""
@@ -347,6 +365,12 @@ class WorkflowRun:
         for task in tasks:
             if not task.cancelled():
                 task.exception()  # retrieved: a second failure is not logged as unhandled
+
+
+def _timings_bytes(definition: WorkflowDefinition, plan: RunPlan) -> int:
+    """The most the timings of a run of ``plan`` can take in its record."""
+    usage = sum(definition.by_id[node_id].type in USAGE_TYPES for node_id in plan.waiting)
+    return len(plan.waiting) * TIMING_RECORD_BYTES + plan.id_chars + usage * USAGE_RECORD_BYTES
 
 
 def _edge_taken(edge: Edge, output: Mapping[str, Any]) -> bool:

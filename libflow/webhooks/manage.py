@@ -1,12 +1,18 @@
-"""Webhooks of a workflow: create, list, get, delete, and rotate their secrets."""
+"""Webhooks of a workflow: create, list, get, delete, and rotate their secrets.
+
+Signing secrets are stored sealed (``libflow.secrets.crypto``, bound to the webhook's id);
+a webhook that create or rotate returns carries its new secret in clear, for the one
+answer that shows it.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
 from libflow.errors import NotFound
-from libflow.ids import possible_id, utcnow
+from libflow.ids import new_id, possible_id, utcnow
 from libflow.models import Webhook
+from libflow.secrets.crypto import secret_box, webhook_bound_to
 from libflow.webhooks.signatures import new_secret
 from libflow.workflows.versions import get_workflow
 
@@ -14,15 +20,20 @@ ROTATION_GRACE = timedelta(hours=24)
 
 
 async def create_webhook(project_id: str, workflow_id: str, *, scheme: str, event: str) -> Webhook:
-    """A webhook of one of the project's workflows, with a fresh secret."""
+    """A webhook of one of the project's workflows, with a fresh secret (in clear)."""
     workflow = await get_workflow(project_id, workflow_id)
-    return await Webhook.create(
+    webhook_id = new_id()
+    secret = new_secret(scheme)
+    webhook = await Webhook.create(
+        id=webhook_id,
         project_id=project_id,
         workflow=workflow,
         scheme=scheme,
         event=event,
-        secret=new_secret(scheme),
+        secret=secret_box().seal(secret, webhook_bound_to(webhook_id)),
     )
+    webhook.secret = secret  # for the answer only: the row holds it sealed
+    return webhook
 
 
 async def list_webhooks(project_id: str, workflow_id: str) -> list[Webhook]:
@@ -51,19 +62,25 @@ async def delete_webhook(project_id: str, webhook_id: str) -> None:
 
 
 async def rotate_secret(project_id: str, webhook_id: str) -> Webhook:
-    """A new secret; the current one keeps verifying for ROTATION_GRACE."""
+    """A new secret (in clear); the current one keeps verifying for ROTATION_GRACE."""
     webhook = await get_webhook(project_id, webhook_id)
-    webhook.previous_secret = webhook.secret
+    secret = new_secret(webhook.scheme)
+    webhook.previous_secret = webhook.secret  # sealed, and bound to the same row
     webhook.previous_expires_at = utcnow() + ROTATION_GRACE
-    webhook.secret = new_secret(webhook.scheme)
+    webhook.secret = secret_box().seal(secret, webhook_bound_to(webhook.id))
     await webhook.save(update_fields=["secret", "previous_secret", "previous_expires_at"])
+    webhook.secret = secret  # for the answer only: the row holds it sealed
     return webhook
 
 
 def verifying_secrets(webhook: Webhook, now: datetime) -> list[str]:
-    """The secrets a delivery may be signed with right now, current first."""
-    found = [webhook.secret]
+    """The secrets a delivery may be signed with right now (in clear), current first.
+
+    Opening one costs about a microsecond (AES-GCM of some 50 bytes): not worth a cache.
+    """
+    box, bound_to = secret_box(), webhook_bound_to(webhook.id)
+    found = [box.open(webhook.secret, bound_to)]
     expires = webhook.previous_expires_at
     if webhook.previous_secret and expires is not None and now < expires:
-        found.append(webhook.previous_secret)
+        found.append(box.open(webhook.previous_secret, bound_to))
     return found

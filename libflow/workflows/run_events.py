@@ -17,6 +17,7 @@ import json
 import logging
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -82,8 +83,12 @@ class RunEventLog:
     turned into JSON only when published.
     """
 
-    def __init__(self, run_id: str, *, first_id: int = 1) -> None:
+    def __init__(
+        self, run_id: str, *, first_id: int = 1, redact: Callable[[Any], Any] | None = None
+    ) -> None:
         self.run_id = run_id
+        # Applied to each event's data as it is published: the run's secrets never leave.
+        self._redact = redact
         self._next_id = first_id
         self._pending: list[tuple[str, dict[str, Any], str | None]] = []
         self._bus: EventBus | None = None
@@ -111,6 +116,8 @@ class RunEventLog:
             bus.publish(self.run_id, [self._event(*item) for item in pending])
 
     def _event(self, name: str, data: dict[str, Any], value_key: str | None) -> RunEvent:
+        if self._redact is not None:
+            data = self._redact(data)
         if value_key is not None and value_key in data:
             allowed = min(MAX_EVENT_VALUE_CHARS, MAX_RUN_EVENT_CHARS - self._chars)
             try:
@@ -226,6 +233,10 @@ class RedisEventBus:
         self._redis = redis
         self._queued: deque[tuple[str, list[RunEvent]]] = deque()
         self._writer: asyncio.Task[None] | None = None
+        # flush() callers waiting for the next batch, and for the batch being sent.
+        self._flushing: list[asyncio.Future[None]] = []
+        self._sending: list[asyncio.Future[None]] = []
+        self._in_flight = False
 
     def publish(self, run_id: str, events: list[RunEvent]) -> None:
         """Queue events for the writer task."""
@@ -237,28 +248,50 @@ class RedisEventBus:
         while self._queued:
             batch = list(self._queued)
             self._queued.clear()
-            pipe = self._redis.pipeline(transaction=False)
-            keys: set[str] = set()
-            for run_id, events in batch:
-                key = stream_key(run_id)
-                keys.add(key)
-                for event in events:
-                    pipe.xadd(key, {"n": event.name, "d": event.data}, id=f"{event.id}-0")
-            for key in keys:
-                pipe.expire(key, EVENTS_KEPT_SECONDS)
+            # Who waits for this batch: flush() callers so far (their events are in it).
+            self._sending, self._flushing = self._flushing, []
+            self._in_flight = True
             try:
-                results = await pipe.execute(raise_on_error=False)
-            except (RedisError, OSError) as err:
-                logger.warning("run events lost: Redis is unavailable (%r)", err)
-                continue
-            failed = [result for result in results if isinstance(result, Exception)]
-            if failed:
-                logger.warning("%d run events were refused by Redis: %r", len(failed), failed[0])
+                await self._send(batch)
+            finally:
+                self._in_flight = False
+                sending, self._sending = self._sending, []
+                for waiter in sending:
+                    if not waiter.done():
+                        waiter.set_result(None)
+
+    async def _send(self, batch: list[tuple[str, list[RunEvent]]]) -> None:
+        """One pipeline of XADDs (and EXPIREs) for a batch; failures are logged, not raised."""
+        pipe = self._redis.pipeline(transaction=False)
+        keys: set[str] = set()
+        for run_id, events in batch:
+            key = stream_key(run_id)
+            keys.add(key)
+            for event in events:
+                pipe.xadd(key, {"n": event.name, "d": event.data}, id=f"{event.id}-0")
+        for key in keys:
+            pipe.expire(key, EVENTS_KEPT_SECONDS)
+        try:
+            results = await pipe.execute(raise_on_error=False)
+        except (RedisError, OSError) as err:
+            logger.warning("run events lost: Redis is unavailable (%r)", err)
+            return
+        failed = [result for result in results if isinstance(result, Exception)]
+        if failed:
+            logger.warning("%d run events were refused by Redis: %r", len(failed), failed[0])
 
     async def flush(self) -> None:
-        """Wait for the writer to send what is queued."""
-        if self._writer is not None and not self._writer.done():
-            await asyncio.shield(self._writer)
+        """Wait until what was published before this call is written.
+
+        Only for that: under load the writer never idles, and waiting for it to would make
+        each caller wait for everyone else's events too.
+        """
+        if not self._queued and not self._in_flight:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        # Events still queued go in the next batch; without any, the batch in flight holds ours.
+        (self._flushing if self._queued else self._sending).append(waiter)
+        await waiter
 
     async def read(self, run_id: str, after: int, wait: float) -> list[RunEvent]:
         """Events after ``after`` (XREAD, blocking up to ``wait``)."""

@@ -19,7 +19,7 @@ from libflow.paging import decode_cursor, encode_cursor
 from libflow.workflows.versions import get_workflow
 
 RUN_STATUSES = ("queued", "running", "succeeded", "failed", "timed_out", "cancelled")
-RUN_TRIGGERS = ("api", "api_async", "webhook", "replay", "schedule")
+RUN_TRIGGERS = ("api", "api_async", "webhook", "replay", "schedule", "call")
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
 

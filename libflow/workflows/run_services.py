@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from aiohttp import ClientSession
 
 from libflow.db.fast_reads import FastReads
 from libflow.engine import NodeServices
+from libflow.engine.nodes.state import ModelProvider
+from libflow.engine.run_secrets import RunSecrets
+from libflow.errors import LibflowError
 from libflow.library import search
 from libflow.library.embeddings.interface import Embedder
 from libflow.library.files import file_text
 from libflow.library.search import VectorIndex
+from libflow.secrets.store import open_secret, sealed_secrets
 from libflow.storage import Storage
+from libflow.workflows.running import RunControl
+from libflow.workflows.runs import run_version
+from libflow.workflows.versions import find_run_target
 from settings import Settings
+
+
+class SubRunFailed(LibflowError):
+    """A workflow called by a node did not succeed: the calling node fails with this."""
+
+    code = "NODE_FAILED"
 
 
 def run_services(
@@ -25,8 +39,9 @@ def run_services(
     embedder: Embedder | None,
     vectors: VectorIndex,
     reads: FastReads,
+    control: RunControl | None = None,
 ) -> NodeServices:
-    """The services of one run of ``project_id``'s workflow: its library only."""
+    """The services of one run of ``project_id``'s workflow: its library, its workflows."""
 
     async def search_library(query: str, limit: int) -> list[dict[str, Any]]:
         hits = await search.search(
@@ -37,9 +52,41 @@ def run_services(
     async def library_file_text(file_id: str) -> dict[str, Any]:
         return await file_text(storage, reads, project_id, file_id)
 
-    return NodeServices(
+    async def call_workflow(
+        workflow_id: str,
+        version: str | None,
+        inputs: dict[str, Any],
+        *,
+        parent_run_id: str | None,
+        depth: int,
+    ) -> dict[str, Any]:
+        target = await find_run_target(project_id, workflow_id, version, reads)
+        record, result = await run_version(
+            target,
+            event="run",
+            inputs=inputs,
+            trigger="call",
+            services=services,
+            control=control,
+            parent_run_id=parent_run_id,
+            depth=depth,
+        )
+        if result.error is not None:
+            raise SubRunFailed(
+                f"sub-run {record.id} of workflow {workflow_id} ended {result.status}:"
+                f" {result.error.message}"
+            )
+        return result.outputs
+
+    services = NodeServices(
         http=http,
         allow_private_addresses=settings.http_allow_private,
+        # An operator's setting, not a workflow's: not subject to the private-address guard.
+        llm=ModelProvider(settings.llm_base_url, settings.llm_api_key, settings.llm_model),
         search_library=search_library,
         file_text=library_file_text,
+        call_workflow=call_workflow,
+        # Loaded only if a field reads one; sub-runs share it, and so what it redacts.
+        secrets=RunSecrets(partial(sealed_secrets, project_id), partial(open_secret, project_id)),
     )
+    return services

@@ -21,6 +21,7 @@ from libflow.engine import NodeServices, RunError, RunResult
 from libflow.engine import WorkflowRun as EngineRun
 from libflow.errors import LibflowError
 from libflow.ids import new_id, utcnow
+from libflow.logs import log_redactor
 from libflow.models import WorkflowRun
 from libflow.workflows.run_events import RUN_FINISHED, RUN_STARTED, RunEventLog
 from libflow.workflows.running import RunControl
@@ -60,6 +61,8 @@ async def run_version(
     record_with: RecordWith | None = None,
     claimed: WorkflowRun | None = None,
     watched: asyncio.Event | None = None,
+    parent_run_id: str | None = None,
+    depth: int = 0,
 ) -> tuple[WorkflowRun, RunResult]:
     """Run one version and record it; a cancelled run is recorded as such.
 
@@ -69,16 +72,32 @@ async def run_version(
     ``claimed`` is a queued run's record this process claimed; ``watched`` records the
     run as running at once, publishes its events from the start (runsync with events),
     and is set once the record is written (watchers may look for it from then on).
+    ``parent_run_id`` and ``depth`` place a sub-run (call_workflow, map) under its parent.
     A cancel (``control``) ends the run "cancelled" and returns normally; a stop of the
     calling task for another reason (a client gone, a shutdown) is recorded and re-raised.
     """
     if claimed is not None:
         run_id = claimed.id
-    log = RunEventLog(run_id or new_id(), first_id=2 if claimed is not None else 1)
+    secrets = services.secrets
+    log = RunEventLog(
+        run_id or new_id(),
+        first_id=2 if claimed is not None else 1,
+        redact=None if secrets is None else secrets.redact,
+    )
+    if secrets is not None:
+        # Not reset: what this task logs after the run (its answer) hides the values too.
+        log_redactor.set(secrets.redact_text)
     run = EngineRun(
-        target.definition, event=event, inputs=inputs, services=services, listener=log.emit
+        target.definition,
+        event=event,
+        inputs=inputs,
+        services=services,
+        listener=log.emit,
+        run_id=log.run_id,
+        depth=depth,
     )
     recorder = _RunRecorder(target, run, trigger, record_with, control, log, claimed)
+    recorder.parent_run_id = parent_run_id
     log.emit(RUN_STARTED, {"runId": log.run_id})
     timer: asyncio.TimerHandle | None = None
     if claimed is not None:
@@ -152,6 +171,7 @@ class _RunRecorder:
         self._running: asyncio.Task[None] | None = None
         self._record: WorkflowRun | None = claimed
         self._saved = claimed is not None  # the record is in the database already
+        self.parent_run_id: str | None = None
 
     def _new(self, **fields: Any) -> WorkflowRun:
         run = self._run
@@ -162,6 +182,7 @@ class _RunRecorder:
             event=run.event,
             trigger=self._trigger,
             inputs=run.inputs,
+            parent_run_id=self.parent_run_id,
             **fields,
         )
 
@@ -217,6 +238,9 @@ class _RunRecorder:
             "node_timings": result.timings_json(),
             "finished_at": result.finished_date or utcnow(),
         }
+        secrets = self._run.state.services.secrets
+        if secrets is not None:  # outputs, error and timings, never the secrets' values
+            end = secrets.redact(end)
         record = self._record
         if record is None:
             record = self._record = self._new(**end)

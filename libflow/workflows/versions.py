@@ -11,10 +11,13 @@ from tortoise.exceptions import IntegrityError
 from tortoise.transactions import in_transaction
 
 from libflow.db.fast_reads import FastReads
-from libflow.engine import WorkflowDefinition, parse_definition_off_loop
+from libflow.engine import InvalidWorkflow, WorkflowDefinition, parse_definition_off_loop
 from libflow.errors import NotFound
 from libflow.ids import possible_id
 from libflow.models import Workflow, WorkflowVersion
+
+# Node types that run another workflow of the project.
+CALL_TYPES = frozenset({"call_workflow", "map"})
 
 
 async def create_workflow(
@@ -22,13 +25,39 @@ async def create_workflow(
 ) -> tuple[Workflow, WorkflowVersion]:
     """A workflow with its first version; the definition is validated first."""
     # Compiling a definition is CPU work (up to about a second at the compile budget).
-    await parse_definition_off_loop(definition)
+    await _check_calls(project_id, await parse_definition_off_loop(definition))
     async with in_transaction() as connection:
         workflow = await Workflow.create(project_id=project_id, name=name, using_db=connection)
         version = await WorkflowVersion.create(
             workflow=workflow, number=1, definition=definition, using_db=connection
         )
     return workflow, version
+
+
+async def _check_calls(project_id: str, definition: WorkflowDefinition) -> None:
+    """InvalidWorkflow when a call_workflow or map node names no workflow of the project.
+
+    Checked at publish as the engine cannot (it knows no projects): another project's
+    workflow, or none at all, is refused. A version named by a node is checked at run
+    time: it may be published later.
+    """
+    calls = {n.id: n.config["workflowId"] for n in definition.nodes if n.type in CALL_TYPES}
+    if not calls:
+        return
+    named = [workflow_id for workflow_id in calls.values() if possible_id(workflow_id)]
+    known = set(
+        await Workflow.filter(project_id=project_id, id__in=named).values_list("id", flat=True)
+    )
+    problems = [
+        {"node": node_id, "problem": f"workflow {workflow_id!r} is not a workflow of this project"}
+        for node_id, workflow_id in calls.items()
+        if workflow_id not in known
+    ]
+    if problems:
+        first = problems[0]
+        raise InvalidWorkflow(
+            f"invalid workflow: node {first['node']!r}: {first['problem']}", details=problems
+        )
 
 
 async def get_workflow(project_id: str, workflow_id: str) -> Workflow:
@@ -45,7 +74,7 @@ async def publish_version(
     project_id: str, workflow_id: str, definition: dict[str, Any]
 ) -> WorkflowVersion:
     """The next numbered version; two concurrent publishes get two numbers."""
-    await parse_definition_off_loop(definition)
+    await _check_calls(project_id, await parse_definition_off_loop(definition))
     workflow = await get_workflow(project_id, workflow_id)
     for _ in range(5):
         number = workflow.latest_version + 1

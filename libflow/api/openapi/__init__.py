@@ -1,7 +1,7 @@
 """The OpenAPI 3.1 document of the public interface, built from the request models.
 
 This module holds the library, storage and operations routes and assembles the document;
-the modules beside it contribute workflows, runs, schedules and webhooks.
+the modules beside it contribute workflows, runs, schedules, secrets and webhooks.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from libflow.api.openapi.schedules import (
     SCHEDULE_SCHEMAS,
     schedule_operations,
 )
+from libflow.api.openapi.secrets import SECRET_BODIES, SECRET_SCHEMAS, secret_operations
 from libflow.api.openapi.webhooks import WEBHOOK_BODIES, WEBHOOK_SCHEMAS, webhook_operations
 from libflow.api.openapi.workflows import WORKFLOW_BODIES, WORKFLOW_SCHEMAS, workflow_operations
 from libflow.errors import STATUS_BY_CODE
@@ -249,6 +250,7 @@ def _operations() -> dict[str, dict[str, Any]]:
         **workflow_operations(),
         **run_operations(),
         **schedule_operations(),
+        **secret_operations(),
         **webhook_operations(),
         "/storage/{key}": {
             "put": {
@@ -345,6 +347,7 @@ def openapi_document(server_url: str) -> dict[str, Any]:
         **WORKFLOW_SCHEMAS,
         **RUN_SCHEMAS,
         **SCHEDULE_SCHEMAS,
+        **SECRET_SCHEMAS,
         **WEBHOOK_SCHEMAS,
     }
     for model in (
@@ -352,6 +355,7 @@ def openapi_document(server_url: str) -> dict[str, Any]:
         *WORKFLOW_BODIES,
         *RUN_BODIES,
         *SCHEDULE_BODIES,
+        *SECRET_BODIES,
         *WEBHOOK_BODIES,
     ):
         schemas[model.__name__] = model.model_json_schema(

@@ -69,6 +69,7 @@ RUN_SCHEMAS: dict[str, Any] = {
             "outputs",
             "error",
             "nodeTimings",
+            "parentRunId",
             "startedDate",
             "finishedDate",
         ],
@@ -80,7 +81,8 @@ RUN_SCHEMAS: dict[str, Any] = {
             "trigger": {
                 "enum": list(RUN_TRIGGERS),
                 "description": "api: runsync; api_async: POST runs; webhook: a delivery; "
-                "replay: a delivery replayed; schedule: a schedule's tick",
+                "replay: a delivery replayed; schedule: a schedule's tick; call: a "
+                "call_workflow or map node of another run",
             },
             "status": {"enum": list(RUN_STATUSES)},
             "statusCode": {
@@ -95,6 +97,11 @@ RUN_SCHEMAS: dict[str, Any] = {
             },
             "error": {"oneOf": [ref("RunError"), {"type": "null"}]},
             "nodeTimings": OBJECT,
+            "parentRunId": {
+                "type": ["string", "null"],
+                "description": "The run whose call_workflow or map node started this one "
+                "(trigger call); null otherwise",
+            },
             "startedDate": {**DATE, "description": "When it was started (or queued)"},
             "finishedDate": NULLABLE_DATE,
         },

@@ -86,6 +86,28 @@ leaves: it can be watched or cancelled with the `runId` of `run.started`.
 {EVENTS_DESCRIPTION}"""
 
 
+_DEFINITION_DESCRIPTION = """\
+A definition is `{timeoutSeconds?, nodes: [{id, type, ...fields}], edges: [{from, to, when?}]}`. \
+Node types: `event`, `input`, `set_output`, `template`, `condition`, `http_request`, \
+`library_search`, `library_file_text`, `llm`, `code`, `call_workflow`, `map`, `delay`, \
+`respond`, `fail`. `call_workflow {workflowId, version?, inputs}` runs another workflow of the \
+project as a sub-run (trigger `call`, `parentRunId`) and results in `{outputs}`; `map {items, \
+workflowId, version?, concurrency?: 4}` runs it once per item (inputs `{item, index}`) and \
+results in `{results}` in item order. A `workflowId` of another project is refused; calls \
+nest at most 5 deep. An `llm` node \
+`{model?, messages: [{role, content}], temperature?, maxTokens?, responseFormat?: "text" | \
+"json", apiKey?}` asks the server's OpenAI-compatible chat completions API \
+(`LIBFLOW_LLM_BASE_URL`) and results in `{text, json, usage: {promptTokens, \
+completionTokens}, model, finishReason}`; its text streams as `llm.delta` run events and its \
+usage is kept in the run's `nodeTimings`. A `code` node `{source, timeoutMs?: 1000, \
+memoryMb?: 64}` runs `source`, a JavaScript function body, in a fresh V8 isolate with no \
+file, network or process access: it sees `inputs`, `nodes` and `event` and its return value \
+is the node's output (an object as it is, anything else as `{result}`); a thrown error \
+fails the node with `<message> (line N)`, and so do `timeoutMs` (1 to 30000, never past \
+the run's timeout) and `memoryMb` (8 to 512) when passed. Every problem of a definition is \
+answered 400 `INVALID_WORKFLOW` with `details` naming its node."""
+
+
 def workflow_operations() -> dict[str, dict[str, Any]]:
     """The paths of workflows, their versions and runsync."""
     project = path_params("projectId")
@@ -102,6 +124,7 @@ def workflow_operations() -> dict[str, dict[str, Any]]:
             },
             "post": {
                 "summary": "Create a workflow (publishes version 1)",
+                "description": _DEFINITION_DESCRIPTION,
                 "parameters": project,
                 "requestBody": body(CreateWorkflowBody),
                 "responses": {
@@ -123,6 +146,7 @@ def workflow_operations() -> dict[str, dict[str, Any]]:
         f"{WF}/{{workflowId}}/versions": {
             "post": {
                 "summary": "Publish the next immutable version",
+                "description": _DEFINITION_DESCRIPTION,
                 "parameters": workflow,
                 "requestBody": body(PublishVersionBody),
                 "responses": {

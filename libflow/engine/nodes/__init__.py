@@ -7,12 +7,21 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 from libflow.engine.definition import Node
-from libflow.engine.nodes import flow, http, library, text
+from libflow.engine.nodes import flow, http, library, llm, subflow, text
+from libflow.engine.nodes.code import run_code
 from libflow.engine.nodes.state import NodeFailure, NodeServices, RunState
 from libflow.engine.render_budget import RunOutOfTime
 from libflow.errors import LibflowError
 
-__all__ = ["INSTANT_TYPES", "NODE_HANDLERS", "NodeFailure", "NodeServices", "RunState", "run_node"]
+__all__ = [
+    "INSTANT_TYPES",
+    "NODE_HANDLERS",
+    "USAGE_TYPES",
+    "NodeFailure",
+    "NodeServices",
+    "RunState",
+    "run_node",
+]
 
 logger = logging.getLogger("libflow.engine")
 
@@ -26,15 +35,21 @@ NODE_HANDLERS: Final[Mapping[str, NodeHandler]] = {
     "http_request": http.run_http_request,
     "library_search": library.run_library_search,
     "library_file_text": library.run_library_file_text,
+    "llm": llm.run_llm,
+    "code": run_code,
     "delay": flow.run_delay,
     "respond": flow.run_respond,
     "fail": flow.run_fail,
+    "call_workflow": subflow.run_call_workflow,
+    "map": subflow.run_map,
 }
 # These never wait on I/O (at most on a CPU thread rendering a field): the runner runs them
 # inline instead of in a task of their own.
 INSTANT_TYPES: Final = frozenset(
     {"event", "input", "set_output", "template", "condition", "respond", "fail"}
 )
+# These record a model's token usage in their node timing (the run keeps room for it).
+USAGE_TYPES: Final = frozenset({"llm"})
 
 
 async def run_node(node: Node, state: RunState) -> dict[str, Any]:

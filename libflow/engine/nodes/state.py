@@ -6,7 +6,7 @@ import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -14,11 +14,39 @@ from libflow.engine.definition import Node
 from libflow.engine.expressions import evaluate
 from libflow.engine.render_budget import ExpressionError, RunOutOfTime
 from libflow.engine.run_budget import RunBudget
+from libflow.engine.run_secrets import RunSecrets
 
 SearchLibrary = Callable[[str, int], Awaitable[list[dict[str, Any]]]]
 # Told of a run's events as they happen: (name, data, the data's key holding a large value).
 RunListener = Callable[[str, dict[str, Any], str | None], None]
 FileText = Callable[[str], Awaitable[dict[str, Any]]]
+
+
+class CallWorkflow(Protocol):
+    """Runs a workflow of the run's project as a sub-run; its outputs, or a LibflowError."""
+
+    async def __call__(
+        self,
+        workflow_id: str,
+        version: str | None,
+        inputs: dict[str, Any],
+        *,
+        parent_run_id: str | None,
+        depth: int,
+    ) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ModelProvider:
+    """The OpenAI-compatible chat API llm nodes call, as the operator's settings name it."""
+
+    base_url: str | None = None  # including /v1
+    api_key: str | None = field(default=None, repr=False)
+    model: str | None = None
+
+
+async def _no_sub_runs() -> dict[str, Any]:
+    raise NodeFailure("this run cannot run other workflows")
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +57,11 @@ class NodeServices:
     allow_private_addresses: bool
     search_library: SearchLibrary
     file_text: FileText
+    # Runs that may not start sub-runs (the engine's own tests) keep this default.
+    call_workflow: CallWorkflow = field(default=lambda *_, **__: _no_sub_runs())
+    llm: ModelProvider = ModelProvider()
+    # The project's secrets (``secrets.NAME``), per run; None: the run has none to read.
+    secrets: RunSecrets | None = None
 
 
 class NodeFailure(Exception):
@@ -53,10 +86,22 @@ class RunState:
     status_code: int = 200
     budget: RunBudget = field(default_factory=RunBudget)
     listener: RunListener | None = None
+    # Token usage of the nodes that called a model, by node id: their node timings carry it.
+    usage: dict[str, dict[str, int]] = field(default_factory=dict)
+    # The run's id (None: not recorded) and how deep in calls of workflows it runs (0: top).
+    run_id: str | None = None
+    depth: int = 0
 
     def expression_context(self) -> dict[str, Any]:
-        """The names expressions see: inputs, nodes (results so far) and event."""
-        return {"inputs": self.inputs, "nodes": self.results, "event": self.event}
+        """The names expressions see: inputs, nodes (results so far), event and secrets."""
+        context: dict[str, Any] = {
+            "inputs": self.inputs,
+            "nodes": self.results,
+            "event": self.event,
+        }
+        if self.services.secrets is not None:
+            context["secrets"] = self.services.secrets.view
+        return context
 
 
 async def field_value(node: Node, state: RunState, name: str, *, text: bool = False) -> Any:
@@ -64,6 +109,8 @@ async def field_value(node: Node, state: RunState, name: str, *, text: bool = Fa
 
     RunOutOfTime passes through: the run timed out, the node did not fail.
     """
+    if state.services.secrets is not None:
+        await state.services.secrets.fetch_for(node.config[name])  # what it reads, once
     try:
         return await evaluate(
             node.config[name],

@@ -1,0 +1,207 @@
+"""The secrets of one run: ``{{ secrets.NAME }}`` in its fields, and redaction of their values.
+
+A run loads its project's secrets lazily: only a field that mentions ``secrets`` loads
+anything, and only the names it reads (``secrets.NAME``, ``secrets["NAME"]``); a field that
+reads them some other way (``secrets[inputs.which]``) loads them all. Values stay sealed
+until a render reads one (on its CPU thread). Every value read is remembered, and
+``redact`` replaces it, wherever it occurs in a value, by ``[secret:NAME]``: in its JSON
+and URL-encoded spellings too, since a value may come back from outside (an echoed
+header, a JSON body). Sub-runs share their parent's services, and so its record of reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+from urllib.parse import quote, quote_plus
+
+from libflow.engine.render_budget import ExpressionError
+
+# The sealed values of some names (None: every name) of the run's project.
+LoadSealed = Callable[[frozenset[str] | None], Awaitable[Mapping[str, str]]]
+# (name, sealed value) -> the value in clear.
+OpenSealed = Callable[[str, str], str]
+
+T = TypeVar("T")
+
+_NOTHING: frozenset[str] = frozenset()
+# ``secrets`` as a name of its own (not ``nodes.secrets`` nor ``my_secrets``).
+_MENTION = re.compile(r"(?<![A-Za-z0-9_.])secrets(?![A-Za-z0-9_])")
+_READ_BY_NAME = re.compile(
+    r"(?<![A-Za-z0-9_.])secrets\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)"
+    r"|\[\s*(['\"])([A-Za-z_][A-Za-z0-9_]*)\2\s*\])"
+)
+
+
+class UnknownSecret(ExpressionError):
+    """A field read a secret its project does not have."""
+
+
+class UnreadableSecret(ExpressionError):
+    """A secret's sealed value does not open with this process's key."""
+
+
+class SecretValues:
+    """What templates see as ``secrets``: values read by name, never listed nor iterated."""
+
+    __slots__ = ("__run",)
+    # Not iterable: without this, Python would iterate by asking for secrets 0, 1, 2...
+    __iter__ = None
+
+    def __init__(self, run: RunSecrets) -> None:
+        self.__run = run
+
+    def __getitem__(self, name: object) -> str:
+        return self.__run.value_of(name)
+
+    def __repr__(self) -> str:
+        return "<secrets>"
+
+
+class RunSecrets:
+    """The secrets a run (and its sub-runs) may read, and those it read."""
+
+    def __init__(self, load: LoadSealed, open_sealed: OpenSealed) -> None:
+        self._load = load
+        self._open = open_sealed
+        self._sealed: dict[str, str] = {}
+        self._asked: set[str] = set()
+        self._everything = False
+        self._loading: asyncio.Lock | None = None
+        self.view = SecretValues(self)
+        # Every secret a render read, by name: what redaction hides.
+        self.used: dict[str, str] = {}
+        self._matcher: tuple[int, re.Pattern[str], dict[str, str]] | None = None
+
+    async def fetch_for(self, field: Any) -> None:
+        """Load what a field about to be rendered may read, unless it is loaded already."""
+        if self._everything:
+            return
+        wanted = references(field)
+        if wanted is not None and wanted <= self._asked:
+            return
+        if self._loading is None:
+            self._loading = asyncio.Lock()
+        async with self._loading:  # concurrent nodes: one load, the others wait for it
+            if self._everything or (wanted is not None and wanted <= self._asked):
+                return
+            names = None if wanted is None else frozenset(wanted - self._asked)
+            self._sealed.update(await self._load(names))
+            if names is None:
+                self._everything = True
+            else:
+                self._asked.update(names)
+
+    def value_of(self, name: object) -> str:
+        """A secret in clear (remembered as used); UnknownSecret if the project has none."""
+        if not isinstance(name, str):
+            raise UnknownSecret(f"a secret's name is text, not {type(name).__name__}")
+        value = self.used.get(name)
+        if value is not None:
+            return value
+        sealed = self._sealed.get(name)
+        if sealed is None:
+            shown = name if len(name) <= 80 else name[:80] + "..."
+            raise UnknownSecret(f"unknown secret {shown!r}: the project has no secret of that name")
+        try:
+            value = self._open(name, sealed)
+        except Exception as err:
+            message = str(err) or type(err).__name__
+            raise UnreadableSecret(f"secret {name!r} cannot be read: {message}") from None
+        self.used[name] = value
+        return value
+
+    def redact(self, value: T) -> T:
+        """``value`` with every secret read so far replaced by ``[secret:NAME]``."""
+        if not self.used:
+            return value
+        pattern, names = self._current_matcher()
+        result: T = _redact(value, pattern, names, 0)
+        return result
+
+    def redact_text(self, text: str) -> str:
+        """``redact`` for one string (log lines)."""
+        if not self.used:
+            return text
+        pattern, names = self._current_matcher()
+        return pattern.sub(lambda match: f"[secret:{names[match.group(0)]}]", text)
+
+    def _current_matcher(self) -> tuple[re.Pattern[str], dict[str, str]]:
+        """One pattern of every spelling of every value read; rebuilt when one more is read."""
+        used = dict(self.used)  # renders on CPU threads may add to it meanwhile
+        if self._matcher is not None and self._matcher[0] == len(used):
+            return self._matcher[1], self._matcher[2]
+        names: dict[str, str] = {}
+        for name in sorted(used):
+            for spelling in _spellings(used[name]):
+                names.setdefault(spelling, name)
+        # Longest first: a value that holds another one is replaced whole.
+        ordered = sorted(names, key=len, reverse=True)
+        pattern = re.compile("|".join(re.escape(spelling) for spelling in ordered))
+        self._matcher = (len(used), pattern, names)
+        return pattern, names
+
+
+def _spellings(value: str) -> set[str]:
+    """A value as it may come back: as is, JSON-escaped, percent-encoded."""
+    found = {
+        value,
+        json.dumps(value)[1:-1],
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        quote(value, safe=""),
+        quote_plus(value, safe=""),
+    }
+    found.discard("")
+    return found
+
+
+def _redact(value: Any, pattern: re.Pattern[str], names: dict[str, str], depth: int) -> Any:
+    if isinstance(value, str):
+        if pattern.search(value) is None:
+            return value
+        return pattern.sub(lambda match: f"[secret:{names[match.group(0)]}]", value)
+    if depth > 200:  # deeper than any value a run may hold (MAX_VALUE_DEPTH)
+        return value
+    if isinstance(value, dict):
+        return {
+            _redact(key, pattern, names, depth + 1): _redact(item, pattern, names, depth + 1)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_redact(item, pattern, names, depth + 1) for item in value]
+    return value
+
+
+def references(field: Any) -> frozenset[str] | None:
+    """The secret names a field reads by name; None when it reads them some other way."""
+    if isinstance(field, str):
+        return _string_references(field) if "secrets" in field else _NOTHING
+    found: set[str] = set()
+    stack = [field]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "secrets" in item:
+                names = _string_references(item)
+                if names is None:
+                    return None
+                found.update(names)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return frozenset(found) if found else _NOTHING
+
+
+@functools.lru_cache(maxsize=4096)
+def _string_references(source: str) -> frozenset[str] | None:
+    """The names one templated string reads (cached: definitions never change)."""
+    mentions = len(_MENTION.findall(source))
+    names = [match.group(1) or match.group(3) for match in _READ_BY_NAME.finditer(source)]
+    if len(names) != mentions:
+        return None
+    return frozenset(names)
