@@ -15,8 +15,9 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from arq.connections import ArqRedis, RedisSettings
 from arq.worker import Retry
@@ -269,6 +270,76 @@ def window_end(job_id: str) -> float:
     if not window.isdigit():
         return 0.0
     return (int(window) + 1) * WAKE_UP_WINDOW_SECONDS + WINDOW_MARGIN_SECONDS
+
+
+_Claimed = TypeVar("_Claimed")
+
+
+@dataclass(frozen=True, slots=True)
+class Drain(Generic[_Claimed]):
+    """How a drain job takes work from a table that is a queue (the inbox, queued runs).
+
+    ``claim(n)`` takes up to n rows for this process alone; ``run`` does one; ``wake``
+    queues a drain again; ``transient`` tells a dependency away for a moment (the job is
+    retried) from a bug.
+    """
+
+    claim: Callable[[int], Awaitable[list[_Claimed]]]
+    run: Callable[[_Claimed], Coroutine[Any, Any, None]]
+    wake: Callable[[], Awaitable[bool]]
+    transient: Callable[[BaseException], bool]
+    at_once: int
+    seconds: float
+    what: str
+
+
+async def drain(queue: Drain[_Claimed], *, job_id: str, job_try: int) -> None:
+    """Claim and run until the queue is empty: the body of every drain job.
+
+    At most ``at_once`` run concurrently; more are claimed as they end. After ``seconds``
+    nothing more is claimed (arq bounds a job's time) and a successor is woken. An empty
+    queue is looked at once more at the end of the job's wake-up window: API processes do
+    not queue another job within it, so what they commit meanwhile is this job's.
+    """
+    running: set[asyncio.Task[None]] = set()
+    stop_claiming = time.monotonic() + queue.seconds
+    waited = False
+    try:
+        while True:
+            claimed: list[_Claimed] = []
+            if len(running) < queue.at_once and time.monotonic() < stop_claiming:
+                claimed = await queue.claim(queue.at_once - len(running))
+            for item in claimed:
+                running.add(asyncio.create_task(queue.run(item)))
+            if not claimed and not running:
+                if time.monotonic() >= stop_claiming:
+                    await queue.wake()  # the queue may still hold some
+                    return
+                # Once, and capped: a clock far ahead on an API host must not park this job.
+                wait = min(window_end(job_id) - time.time(), WINDOW_CAP_SECONDS)
+                if waited or wait <= 0:
+                    return
+                waited = True
+                await asyncio.sleep(wait)
+                continue
+            if running and (not claimed or len(running) >= queue.at_once):
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                running -= done
+                for task in done:
+                    if not task.cancelled() and task.exception() is not None:
+                        logger.error("%s failed", queue.what, exc_info=task.exception())
+    except Exception as err:
+        if not queue.transient(err):
+            raise
+        # What was claimed and had not begun goes back to the queue (or, with the database
+        # still away, the sweep gives it back once stale).
+        await asyncio.gather(*running, return_exceptions=True)
+        raise Retry(defer=job_try * 2) from err
+    finally:
+        if running:  # cancelled (shutdown): let each record itself
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
 
 
 @asynccontextmanager

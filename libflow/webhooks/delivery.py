@@ -15,12 +15,9 @@ during it (recorded failed rather than run a second time).
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 
-from arq.worker import Retry
 from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.exceptions import OperationalError
 
@@ -28,7 +25,7 @@ from libflow.db.fast_reads import FastReads
 from libflow.db.outages import dependency_down
 from libflow.engine import InvalidInputs, NodeServices, UnknownEvent
 from libflow.errors import NotFound
-from libflow.jobs import WINDOW_CAP_SECONDS, JobQueue, window_end
+from libflow.jobs import Drain, JobQueue, drain
 from libflow.json_text import (
     NON_FINITE_PROBLEM,
     UNSTORABLE_PROBLEM,
@@ -81,52 +78,26 @@ async def drain_inbox(
     ``job_id`` names the wake-up window the job was queued for; ``services_for`` gives a
     project's runs what their nodes may reach.
     """
-    running: set[asyncio.Task[None]] = set()
-    # A job's time is bounded (arq's timeout): past this it claims no more and hands over.
-    stop_claiming = time.monotonic() + DRAIN_SECONDS
-    waited = False
-    try:
-        while True:
-            claimed: list[str] = []
-            if len(running) < RUNS_AT_ONCE and time.monotonic() < stop_claiming:
-                claimed = await claim(RUNS_AT_ONCE - len(running))
-            if claimed:
-                deliveries = await WebhookDelivery.filter(id__in=claimed).select_related("webhook")
-                for delivery in deliveries:
-                    running.add(
-                        asyncio.create_task(_deliver(reads, services_for, control, delivery))
-                    )
-            elif not running:
-                if time.monotonic() >= stop_claiming:
-                    await wake_delivery_job(jobs)  # the inbox may still hold some
-                    return
-                # Once, and capped: a clock far ahead on the API's host must not park this job.
-                wait = min(window_end(job_id) - time.time(), WINDOW_CAP_SECONDS)
-                if waited or wait <= 0:
-                    return
-                waited = True
-                # Receivers in this job's window do not queue another job (see
-                # wake_delivery_job): what they commit before it ends is ours to claim.
-                await asyncio.sleep(wait)
-                continue
-            if running and (not claimed or len(running) >= RUNS_AT_ONCE):
-                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                running -= done
-                for task in done:
-                    if not task.cancelled() and task.exception() is not None:
-                        logger.error("a delivery failed", exc_info=task.exception())
-    except Exception as err:
-        if not transient(err):
-            raise
-        # The claimed deliveries whose runs had not begun go back to the inbox (or, if the
-        # database is still away, the sweep gives them back once stale).
-        await asyncio.gather(*running, return_exceptions=True)
-        raise Retry(defer=job_try * 2) from err
-    finally:
-        if running:  # cancelled (shutdown): let the runs record themselves as cancelled
-            for task in running:
-                task.cancel()
-            await asyncio.gather(*running, return_exceptions=True)
+
+    async def claim_deliveries(limit: int) -> list[WebhookDelivery]:
+        claimed = await claim(limit)
+        if not claimed:
+            return []
+        return list(await WebhookDelivery.filter(id__in=claimed).select_related("webhook"))
+
+    async def deliver(delivery: WebhookDelivery) -> None:
+        await _deliver(reads, services_for, control, delivery)
+
+    inbox = Drain(
+        claim=claim_deliveries,
+        run=deliver,
+        wake=lambda: wake_delivery_job(jobs),
+        transient=transient,
+        at_once=RUNS_AT_ONCE,
+        seconds=DRAIN_SECONDS,
+        what="a delivery",
+    )
+    await drain(inbox, job_id=job_id, job_try=job_try)
 
 
 async def _deliver(

@@ -9,15 +9,12 @@ once from the claim on). The embedded server is its own worker.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from arq.worker import Retry
 from tortoise.backends.base.client import BaseDBAsyncClient
 
 from libflow.db.fast_reads import FastReads
@@ -26,7 +23,7 @@ from libflow.db.outages import dependency_down
 from libflow.engine import InvalidInputs, NodeServices, UnknownEvent, check_run
 from libflow.errors import NotFound
 from libflow.ids import utcnow
-from libflow.jobs import WINDOW_CAP_SECONDS, Job, JobQueue, wake_job, window_end
+from libflow.jobs import Drain, Job, JobQueue, drain, wake_job
 from libflow.models import WorkflowRun
 from libflow.workflows.run_events import RUN_FINISHED, RUN_QUEUED, RunEvent
 from libflow.workflows.running import RunControl
@@ -133,44 +130,21 @@ async def drain_run_queue(
     job_try: int,
 ) -> None:
     """Claim and run queued runs until the queue is empty (the run_workflows job)."""
-    running: set[asyncio.Task[None]] = set()
-    stop_claiming = time.monotonic() + DRAIN_SECONDS
-    waited = False
     lease = control.running.lease_until()
-    try:
-        while True:
-            claimed: list[WorkflowRun] = []
-            if len(running) < RUNS_AT_ONCE and time.monotonic() < stop_claiming:
-                claimed = await claim(RUNS_AT_ONCE - len(running), lease)
-            for run in claimed:
-                running.add(asyncio.create_task(_run_claimed(control, reads, services_for, run)))
-            if not claimed and not running:
-                if time.monotonic() >= stop_claiming:
-                    await wake_run_job(jobs)  # the queue may still hold some
-                    return
-                # Once, and capped: what API processes queue in this job's window is ours.
-                wait = min(window_end(job_id) - time.time(), WINDOW_CAP_SECONDS)
-                if waited or wait <= 0:
-                    return
-                waited = True
-                await asyncio.sleep(wait)
-                continue
-            if running and (not claimed or len(running) >= RUNS_AT_ONCE):
-                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                running -= done
-                for task in done:
-                    if not task.cancelled() and task.exception() is not None:
-                        logger.error("a queued run failed", exc_info=task.exception())
-    except Exception as err:
-        if not dependency_down(err):
-            raise
-        await asyncio.gather(*running, return_exceptions=True)
-        raise Retry(defer=job_try * 2) from err
-    finally:
-        if running:  # cancelled (shutdown): the runs record themselves as interrupted
-            for task in running:
-                task.cancel()
-            await asyncio.gather(*running, return_exceptions=True)
+
+    async def run(claimed: WorkflowRun) -> None:
+        await _run_claimed(control, reads, services_for, claimed)
+
+    queue = Drain(
+        claim=lambda limit: claim(limit, lease),
+        run=run,
+        wake=lambda: wake_run_job(jobs),
+        transient=dependency_down,
+        at_once=RUNS_AT_ONCE,
+        seconds=DRAIN_SECONDS,
+        what="a queued run",
+    )
+    await drain(queue, job_id=job_id, job_try=job_try)
 
 
 async def _run_claimed(
