@@ -43,7 +43,9 @@ async def test_a_crash_before_the_callers_write_leaves_the_run_running_not_finis
         raise Crash
 
     control = app[appkeys.RESOURCES].runs
-    recorder = _RunRecorder(target, run, "webhook", crash, control, RunEventLog(new_id()), None)
+    recorder = _RunRecorder(
+        target, run, "webhook", crash, control, RunEventLog(new_id()), None, None
+    )
     result = await run.execute()
     assert result.status == "succeeded"
     recorder.record_running()  # queued, not yet written, as the run ends

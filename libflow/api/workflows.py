@@ -11,7 +11,7 @@ from libflow import appkeys
 from libflow.api.bodies import CreateWorkflowBody, PublishVersionBody, RunSyncBody, parse_body
 from libflow.api.runs import finished_record
 from libflow.api.sse import stream_events, wants_events
-from libflow.engine import InvalidInputs, NodeServices, UnknownEvent, check_run
+from libflow.engine import NodeServices
 from libflow.ids import iso, new_id
 from libflow.models import Workflow, WorkflowVersion
 from libflow.workflows import runs, versions
@@ -111,21 +111,15 @@ async def run_sync(request: web.Request) -> web.StreamResponse:
     services = resources.node_services(project_id)
     if wants_events(request):
         return await _run_streamed(request, target, body, services)
-    try:
-        _, result = await runs.run_version(
-            target,
-            event=body.runEvent,
-            inputs=body.inputs,
-            trigger="api",
-            services=services,
-            control=resources.runs,
-        )
-    except (UnknownEvent, InvalidInputs) as refused:
-        # Answered with the error itself, and recorded, as a refused webhook run is.
-        await runs.record_refused_run(
-            target, event=body.runEvent, inputs=body.inputs, trigger="api", error=refused
-        )
-        raise
+    # A refused run (unknown event, invalid inputs) is answered with the error, and recorded.
+    _, result = await runs.run_version(
+        target,
+        event=body.runEvent,
+        inputs=body.inputs,
+        trigger="api",
+        services=services,
+        control=resources.runs,
+    )
     answer = result.response_body()
     if services.secrets is not None:  # the answer is a record of the run too
         answer = services.secrets.redact(answer)
@@ -136,13 +130,6 @@ async def _run_streamed(
     request: web.Request, target: RunTarget, body: RunSyncBody, services: NodeServices
 ) -> web.StreamResponse:
     """runsync with events: the run goes on in a task of its own, the answer follows it."""
-    try:
-        check_run(target.definition, body.runEvent, body.inputs)
-    except (UnknownEvent, InvalidInputs) as refused:
-        await runs.record_refused_run(
-            target, event=body.runEvent, inputs=body.inputs, trigger="api", error=refused
-        )
-        raise
     control = request.app[appkeys.RESOURCES].runs
     run_id = new_id()
     recorded = asyncio.Event()
@@ -164,6 +151,6 @@ async def _run_streamed(
     await asyncio.wait({waiting, task}, return_when=asyncio.FIRST_COMPLETED)
     waiting.cancel()
     if not recorded.is_set():
-        task.result()  # raises what stopped it (the database away: 503)
+        task.result()  # raises what stopped it (a refused run: 400; the database away: 503)
     events = watch_run(run_id, 0, control.events)
     return await stream_events(request, events, finished_record(target.project_id, run_id))

@@ -15,6 +15,7 @@ during it (recorded failed rather than run a second time).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -44,7 +45,7 @@ from libflow.webhooks.inbox import (
     wake_delivery_job,
 )
 from libflow.workflows.running import RunControl
-from libflow.workflows.runs import record_refused_run, run_version
+from libflow.workflows.runs import run_version
 from libflow.workflows.versions import find_run_target
 
 logger = logging.getLogger("libflow.deliveries")
@@ -137,7 +138,8 @@ async def _deliver(
         await finish(db, delivery.id, run.status == "succeeded", error)
 
     try:
-        try:
+        # A refused run is recorded as failed, with the delivery's end, by run_version.
+        with contextlib.suppress(UnknownEvent, InvalidInputs):
             await run_version(
                 target,
                 event=webhook.event,
@@ -145,16 +147,6 @@ async def _deliver(
                 trigger="webhook",
                 services=services_for(target.project_id),
                 control=control,
-                run_id=delivery.run_id,
-                record_with=record_with,
-            )
-        except (UnknownEvent, InvalidInputs) as refused:
-            await record_refused_run(
-                target,
-                event=webhook.event,
-                inputs=inputs,
-                trigger="webhook",
-                error=refused,
                 run_id=delivery.run_id,
                 record_with=record_with,
             )

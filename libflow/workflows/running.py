@@ -25,6 +25,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from libflow.errors import LibflowError
 from libflow.ids import utcnow
 from libflow.models import WorkflowRun
 from libflow.workflows.run_events import EventBus, MemoryEventBus, RedisEventBus
@@ -162,8 +163,10 @@ class RunControl:
 
     def _ended(self, task: asyncio.Task[Any]) -> None:
         self._started.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            logger.error("a run started in its own task failed", exc_info=task.exception())
+        error = None if task.cancelled() else task.exception()
+        # A LibflowError (a refused run) is its caller's answer, not a fault.
+        if error is not None and not isinstance(error, LibflowError):
+            logger.error("a run started in its own task failed", exc_info=error)
 
     async def stop(self) -> None:
         """Stop the runs started here (each records itself as cancelled)."""

@@ -17,7 +17,7 @@ from typing import Any
 from tortoise.backends.base.client import BaseDBAsyncClient
 
 from libflow.db.group_commit import commit_together, insert_together
-from libflow.engine import NodeServices, RunError, RunResult
+from libflow.engine import InvalidInputs, NodeServices, RunError, RunResult, UnknownEvent
 from libflow.engine import WorkflowRun as EngineRun
 from libflow.errors import LibflowError
 from libflow.ids import new_id, utcnow
@@ -66,7 +66,8 @@ async def run_version(
 ) -> tuple[WorkflowRun, RunResult]:
     """Run one version and record it; a cancelled run is recorded as such.
 
-    An unknown event or invalid inputs raise before anything runs or is recorded.
+    An unknown event or invalid inputs raise before anything runs; the refused run is
+    recorded as failed.
     ``run_id`` lets a caller name the record before it exists, and ``record_with``
     commits a write of its own with the final record (webhook deliveries do both).
     ``claimed`` is a queued run's record this process claimed; ``watched`` records the
@@ -87,17 +88,32 @@ async def run_version(
     if secrets is not None:
         # Not reset: what this task logs after the run (its answer) hides the values too.
         log_redactor.set(secrets.redact_text)
-    run = EngineRun(
-        target.definition,
-        event=event,
-        inputs=inputs,
-        services=services,
-        listener=log.emit,
-        run_id=log.run_id,
-        depth=depth,
-    )
-    recorder = _RunRecorder(target, run, trigger, record_with, control, log, claimed)
-    recorder.parent_run_id = parent_run_id
+    try:
+        run = EngineRun(
+            target.definition,
+            event=event,
+            inputs=inputs,
+            services=services,
+            listener=log.emit,
+            run_id=log.run_id,
+            depth=depth,
+        )
+    except (UnknownEvent, InvalidInputs) as refused:
+        # Refused before anything ran: recorded as failed all the same (a caller hears the
+        # error; a delivery has nobody to hear it). A claimed run's record exists already:
+        # its claimer ends it.
+        if claimed is None:
+            await record_refused_run(
+                target,
+                event=event,
+                inputs=inputs,
+                trigger=trigger,
+                error=refused,
+                run_id=log.run_id,
+                record_with=record_with,
+            )
+        raise
+    recorder = _RunRecorder(target, run, trigger, record_with, control, log, claimed, parent_run_id)
     log.emit(RUN_STARTED, {"runId": log.run_id})
     timer: asyncio.TimerHandle | None = None
     if claimed is not None:
@@ -158,6 +174,7 @@ class _RunRecorder:
         control: RunControl | None,
         log: RunEventLog,
         claimed: WorkflowRun | None,
+        parent_run_id: str | None,
     ) -> None:
         self._target = target
         self.run_id = log.run_id
@@ -171,7 +188,7 @@ class _RunRecorder:
         self._running: asyncio.Task[None] | None = None
         self._record: WorkflowRun | None = claimed
         self._saved = claimed is not None  # the record is in the database already
-        self.parent_run_id: str | None = None
+        self._parent_run_id = parent_run_id
 
     def _new(self, **fields: Any) -> WorkflowRun:
         run = self._run
@@ -182,7 +199,7 @@ class _RunRecorder:
             event=run.event,
             trigger=self._trigger,
             inputs=run.inputs,
-            parent_run_id=self.parent_run_id,
+            parent_run_id=self._parent_run_id,
             **fields,
         )
 
