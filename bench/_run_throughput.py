@@ -11,16 +11,16 @@ import contextlib
 import dataclasses
 import os
 import signal
-import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import asyncpg
 
-from bench._common import PYTHON, ROOT, BenchError, request_json, stop_process
+from bench import webhooks
+from bench._common import BenchError, request_json
 from bench._run_watchers import Api
 from bench.runsync import BODY, DEFINITION
 from bench.webhooks import Workers
@@ -33,30 +33,11 @@ POLL_SECONDS = 0.05
 EXPECTED_OUTPUTS = {"greeting": "Hello, Ada!"}
 
 
-@contextlib.contextmanager
-def workers(count: int, env: Mapping[str, str], log_dir: Path, phase: str) -> Iterator[Workers]:
+def workers(
+    count: int, env: Mapping[str, str], log_dir: Path, phase: str
+) -> contextlib.AbstractContextManager[Workers]:
     """``count`` ``run_worker.py`` processes, not pinned (they share both cores); stopped after."""
-    started = Workers([], [])
-    try:
-        for number in range(count):
-            log_path = log_dir / f"worker-{phase}-{number}.log"
-            with log_path.open("wb") as log:
-                started.procs.append(
-                    subprocess.Popen(
-                        [PYTHON, "run_worker.py"],
-                        cwd=ROOT,
-                        env=dict(env),
-                        stdin=subprocess.DEVNULL,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-                )
-            started.logs.append(log_path)
-        yield started
-    finally:
-        for proc in started.procs:
-            stop_process(proc)
+    return webhooks.workers(count, env, log_dir, pin=False, phase=phase)
 
 
 @dataclasses.dataclass(frozen=True)

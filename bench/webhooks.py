@@ -332,17 +332,23 @@ class Workers:
 
 
 @contextlib.contextmanager
-def workers(count: int, env: Mapping[str, str], log_dir: Path) -> Iterator[Workers]:
-    """``count`` ``run_worker.py`` processes, worker i pinned to CPU i mod 2; stopped after."""
+def workers(
+    count: int, env: Mapping[str, str], log_dir: Path, *, pin: bool = True, phase: str = ""
+) -> Iterator[Workers]:
+    """``count`` ``run_worker.py`` processes, stopped after.
+
+    Pinned: worker i runs on CPU i mod 2; else they share both cores. Logs are named by
+    ``phase`` (default: the count).
+    """
     started = Workers([], [])
     try:
         for number in range(count):
-            cpu = number % 2
-            log_path = log_dir / f"worker-{count}-{number}.log"
+            log_path = log_dir / f"worker-{phase or count}-{number}.log"
+            command = [PYTHON, "run_worker.py"]
             with log_path.open("wb") as log:
                 started.procs.append(
                     subprocess.Popen(
-                        pinned(cpu, [PYTHON, "run_worker.py"]),
+                        pinned(number % 2, command) if pin else command,
                         cwd=ROOT,
                         env=dict(env),
                         stdin=subprocess.DEVNULL,

@@ -66,7 +66,7 @@ def wait_for_status(
     return wait_for(reached, timeout, f"run {run_id} never reached {statuses}")
 
 
-async def test_a_cancel_stops_a_run_on_another_process_within_a_second(
+def test_a_cancel_stops_a_run_on_another_process_within_a_second(
     server: Server, tmp_path: Path
 ) -> None:
     api, key, run_id = start_long_run(server)
@@ -94,7 +94,7 @@ def cancel_and_check(api: str, key: str, run_id: str) -> None:
     )
 
 
-async def test_a_killed_workers_run_is_failed_interrupted_and_never_run_again(
+def test_a_killed_workers_run_is_failed_interrupted_and_never_run_again(
     server: Server, tmp_path: Path
 ) -> None:
     api, key, run_id = start_long_run(server)
