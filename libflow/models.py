@@ -10,6 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from tortoise import fields
+from tortoise.fields.db_defaults import SqlDefault
 from tortoise.models import Model
 
 from libflow.ids import new_id
@@ -107,6 +108,15 @@ class LibraryFile(Model):
     indexed = fields.BooleanField(default=False)
     pages = fields.IntField(null=True)
     chunks = fields.IntField(null=True)
+    # The user's own labels ({key: string | number | boolean}); search filters on the
+    # index's copy of them (Chunk.metadata), which changes with this in one transaction.
+    metadata: fields.Field[dict[str, str | int | float | bool]] = fields.JSONField(
+        default=dict, db_default=SqlDefault("'{}'")
+    )
+    # Pages and images whose text came from OCR; a warning such as NO_TEXT when the file
+    # is done but gave nothing to search.
+    ocr_pages = fields.IntField(null=True)
+    warning = fields.CharField(max_length=32, null=True)
     thumbnail_key = fields.CharField(max_length=255, null=True)
     created_at = fields.DatetimeField(auto_now_add=True)
     updated_at = fields.DatetimeField(auto_now=True)
@@ -132,7 +142,15 @@ class Chunk(Model):
     folder_id = fields.CharField(max_length=32, null=True)
     seq = fields.IntField()
     page = fields.IntField(null=True)
+    # A page that has a name rather than a number: an xlsx sheet.
+    page_name = fields.CharField(max_length=255, null=True)
     text = fields.TextField()
+    # Word pieces of the embedder's own tokenizer (an estimate without one).
+    tokens = fields.IntField(null=True)
+    # The file's metadata, copied so that a filtered search needs no join.
+    metadata: fields.Field[dict[str, str | int | float | bool] | None] = fields.JSONField(
+        null=True
+    )
     # float32 little-endian, L2-normalized; tagged with the embedder that made it so
     # a change of model re-embeds instead of mixing vector spaces.
     embedding = fields.BinaryField(null=True)
