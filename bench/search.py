@@ -30,14 +30,9 @@ import numpy.typing as npt
 from bench._common import Report, Result, percentile, run_alone
 from bench._text import Prose
 from libflow.db.connection import open_database
-from libflow.library.search import (
-    CANDIDATES,
-    VectorIndex,
-    fuse_rankings,
-    keyword_ranking,
-    search,
-    write_file_index,
-)
+from libflow.library.search import CANDIDATES, fuse_rankings, keyword_ranking, search
+from libflow.library.search_index import write_file_index
+from libflow.library.vectors import VectorIndex
 from libflow.models import LibraryFile, Project
 
 NAME = "search"
@@ -62,6 +57,8 @@ class Passage:
     text: str
     page: int | None
     seq: int
+    page_name: str | None = None
+    tokens: int | None = None
 
 
 class FixedEmbedder:

@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 from libflow.db.fast_reads import FastReads
 from libflow.jobs import JobQueue
 from libflow.library.embeddings.interface import Embedder
-from libflow.library.search import VectorIndex
+from libflow.library.vectors import VectorIndex
 from libflow.metrics import HttpMetrics
 from libflow.projects import ApiKeyCache
 from libflow.rate_limits import RateLimiter

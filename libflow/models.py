@@ -148,9 +148,7 @@ class Chunk(Model):
     # Word pieces of the embedder's own tokenizer (an estimate without one).
     tokens = fields.IntField(null=True)
     # The file's metadata, copied so that a filtered search needs no join.
-    metadata: fields.Field[dict[str, str | int | float | bool] | None] = fields.JSONField(
-        null=True
-    )
+    metadata: fields.Field[dict[str, str | int | float | bool] | None] = fields.JSONField(null=True)
     # float32 little-endian, L2-normalized; tagged with the embedder that made it so
     # a change of model re-embeds instead of mixing vector spaces.
     embedding = fields.BinaryField(null=True)

@@ -30,7 +30,7 @@ from libflow.jobs import (
 )
 from libflow.library.embeddings import open_embedder
 from libflow.library.embeddings.interface import Embedder
-from libflow.library.search import VectorIndex
+from libflow.library.vectors import VectorIndex
 from libflow.secrets.crypto import box_of, use_secret_box
 from libflow.storage import Storage
 from libflow.storage.factory import open_storage

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from libflow import appkeys
-from libflow.library.search import QueryEmbedder, Vector, VectorIndex
 from libflow.library.search import search as search_index
+from libflow.library.vectors import QueryEmbedder, Vector, VectorIndex
 from libflow.models import Chunk, LibraryFile, ProcessingStatus
 from tests.conftest import Api, fixture_bytes, wait_until_processed
 from tests.library_helpers import assert_error

@@ -31,7 +31,7 @@ from libflow.library.filetypes import (
 from libflow.library.folders import find_folder
 from libflow.library.processing.budgets import MAX_FILE_TEXT_CHARS
 from libflow.library.processing.stored_text import read_stored_text, text_from_passages
-from libflow.library.search import remove_file_index
+from libflow.library.search_index import remove_file_index
 from libflow.models import LibraryFile, ProcessingStatus
 from libflow.paging import decode_cursor, encode_cursor
 from libflow.storage import ObjectInfo, Storage, StorageError

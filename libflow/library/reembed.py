@@ -8,7 +8,7 @@ from tortoise.expressions import Q
 from tortoise.transactions import in_transaction
 
 from libflow.library.embeddings.interface import Embedder
-from libflow.library.search import bump_index_version
+from libflow.library.search_index import bump_index_version
 from libflow.models import Chunk
 
 logger = logging.getLogger("libflow.workers.reembed")

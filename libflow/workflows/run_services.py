@@ -15,7 +15,7 @@ from libflow.errors import LibflowError
 from libflow.library import search
 from libflow.library.embeddings.interface import Embedder
 from libflow.library.files import file_text
-from libflow.library.search import VectorIndex
+from libflow.library.vectors import VectorSearch
 from libflow.secrets.store import open_secret, sealed_secrets
 from libflow.storage import Storage
 from libflow.workflows.running import RunControl
@@ -37,7 +37,7 @@ def run_services(
     http: ClientSession,
     storage: Storage,
     embedder: Embedder | None,
-    vectors: VectorIndex,
+    vectors: VectorSearch,
     reads: FastReads,
     control: RunControl | None = None,
 ) -> NodeServices:

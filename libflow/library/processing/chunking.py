@@ -33,6 +33,8 @@ class Chunk:
     text: str
     page: int | None
     seq: int  # 0-based order within the file
+    page_name: str | None = None  # a named page: an xlsx sheet
+    tokens: int | None = None  # its length in the embedder's word pieces
 
 
 @dataclass(slots=True)

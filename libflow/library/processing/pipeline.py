@@ -39,7 +39,7 @@ from libflow.library.processing.budgets import MAX_ATTEMPTS as MAX_ATTEMPTS
 from libflow.library.processing.extract import ExtractionError
 from libflow.library.processing.isolation import ChildCrashed, PreparationFailed, prepare_in_child
 from libflow.library.processing.thumbnails import ThumbnailError
-from libflow.library.search import remove_file_index, write_file_index
+from libflow.library.search_index import remove_file_index, write_file_index
 from libflow.models import LibraryFile, ProcessingStatus
 from libflow.storage import Storage, StorageError
 from libflow.storage.keys import text_key, thumbnail_key

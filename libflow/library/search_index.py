@@ -1,0 +1,89 @@
+"""The search index's rows: one file's passages written, replaced or removed at once."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from tortoise.expressions import F
+from tortoise.transactions import in_transaction
+
+from libflow.library.vectors import Vector
+from libflow.models import Chunk, LibraryFile, SearchIndexVersion
+
+
+class IndexedPassage(Protocol):
+    """A chunk as the processing pipeline produces it."""
+
+    @property
+    def text(self) -> str:
+        """The passage."""
+        ...
+
+    @property
+    def page(self) -> int | None:
+        """Its page or slide number."""
+        ...
+
+    @property
+    def page_name(self) -> str | None:
+        """Its page's name, where pages have names (an xlsx sheet)."""
+        ...
+
+    @property
+    def seq(self) -> int:
+        """Its place in the file."""
+        ...
+
+    @property
+    def tokens(self) -> int | None:
+        """Its length in the embedder's word pieces."""
+        ...
+
+
+async def write_file_index(
+    file: LibraryFile,
+    passages: Sequence[IndexedPassage],
+    vectors: Vector | None,
+    embedder: str | None,
+) -> None:
+    """Replace the file's index rows in one transaction."""
+    rows = [
+        Chunk(
+            file_id=file.id,
+            project_id=file.project_id,
+            folder_id=file.folder_id,
+            seq=passage.seq,
+            page=passage.page,
+            page_name=passage.page_name,
+            text=passage.text,
+            tokens=passage.tokens,
+            metadata=file.metadata,
+            embedding=None if vectors is None else vectors[i].astype("<f4").tobytes(),
+            embedder=None if vectors is None else embedder,
+        )
+        for i, passage in enumerate(passages)
+    ]
+    async with in_transaction() as connection:
+        await Chunk.filter(file_id=file.id).using_db(connection).delete()
+        if rows:
+            await Chunk.bulk_create(rows, batch_size=500, using_db=connection)
+        await bump_index_version(file.project_id, connection)
+
+
+async def remove_file_index(file_id: str, project_id: str) -> None:
+    """Drop a file's index rows (the file was deleted or is now preventSearch)."""
+    async with in_transaction() as connection:
+        deleted = await Chunk.filter(file_id=file_id).using_db(connection).delete()
+        if deleted:
+            await bump_index_version(project_id, connection)
+
+
+async def bump_index_version(project_id: str, connection: Any) -> None:
+    """Tell every process's vector cache that this project's index changed."""
+    await SearchIndexVersion.get_or_create(project_id=project_id, using_db=connection)
+    await (
+        SearchIndexVersion.filter(project_id=project_id)
+        .using_db(connection)
+        .update(version=F("version") + 1)
+    )

@@ -1,0 +1,105 @@
+"""Nearest passages by meaning: the vector search interface and its in-memory exact backend."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from libflow.models import Chunk, SearchIndexVersion
+
+# Nearest neighbours below this cosine are noise, not meaning (all-MiniLM puts unrelated
+# sentences around 0.0-0.15): they would otherwise fill every result list.
+MIN_SIMILARITY = 0.2
+
+Vector = npt.NDArray[np.float32]
+
+
+class QueryEmbedder(Protocol):
+    """What search needs of an embedder: its vector space's name and query vectors."""
+
+    name: str
+
+    async def embed(self, texts: Sequence[str]) -> Vector:
+        """Vectors of ``texts``, L2-normalized rows."""
+        ...
+
+
+class VectorSearch(Protocol):
+    """Where chunk vectors are searched: in this process's memory, or in the database."""
+
+    async def nearest(
+        self, project_id: str, embedder: str, query: Vector, folder: str | None, n: int
+    ) -> list[int]:
+        """Chunk ids most similar to ``query``, best first; ``folder`` "root" or an id."""
+        ...
+
+
+@dataclass
+class _ProjectVectors:
+    version: int
+    ids: npt.NDArray[np.int64]
+    folders: npt.NDArray[np.object_]
+    matrix: Vector
+
+
+class VectorIndex:
+    """Exact cosine search over each project's vectors, cached in memory per process.
+
+    A project's matrix is reloaded when its index version moved (a worker anywhere
+    wrote to it); the least recently used projects leave the cache first.
+    """
+
+    def __init__(self, max_projects: int = 16) -> None:
+        self._cache: OrderedDict[tuple[str, str], _ProjectVectors] = OrderedDict()
+        self._max_projects = max_projects
+        self._lock = asyncio.Lock()
+
+    async def _vectors(self, project_id: str, embedder: str) -> _ProjectVectors:
+        row = await SearchIndexVersion.get_or_none(project_id=project_id)
+        version = row.version if row else 0
+        key = (project_id, embedder)
+        async with self._lock:
+            cached = self._cache.get(key)
+            if cached is None or cached.version != version:
+                rows = await Chunk.filter(
+                    project_id=project_id, embedder=embedder, embedding__isnull=False
+                ).values_list("id", "folder_id", "embedding")
+                cached = _ProjectVectors(
+                    version=version,
+                    ids=np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
+                    folders=np.array([r[1] for r in rows], dtype=object),
+                    matrix=(
+                        np.frombuffer(b"".join(r[2] for r in rows), dtype="<f4")
+                        .reshape(len(rows), -1)
+                        .astype(np.float32)
+                        if rows
+                        else np.zeros((0, 0), dtype=np.float32)
+                    ),
+                )
+                self._cache[key] = cached
+            self._cache.move_to_end(key)
+            while len(self._cache) > self._max_projects:
+                self._cache.popitem(last=False)
+            return cached
+
+    async def nearest(
+        self, project_id: str, embedder: str, query: Vector, folder: str | None, n: int
+    ) -> list[int]:
+        """Chunk ids most similar to ``query``, best first; ``folder`` "root" or an id."""
+        vectors = await self._vectors(project_id, embedder)
+        if len(vectors.ids) == 0 or vectors.matrix.shape[1] != query.shape[0]:
+            return []
+        scores = vectors.matrix @ query
+        if folder is not None:
+            wanted = None if folder == "root" else folder
+            scores = np.where(vectors.folders == wanted, scores, -1.0)
+        count = min(n, len(scores))
+        top = np.argpartition(-scores, count - 1)[:count]
+        top = top[np.argsort(-scores[top])]
+        return [int(vectors.ids[i]) for i in top if scores[i] >= MIN_SIMILARITY]
