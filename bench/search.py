@@ -32,7 +32,7 @@ from bench._text import Prose
 from libflow.db.connection import open_database
 from libflow.library.search import CANDIDATES, fuse_rankings, keyword_ranking, search
 from libflow.library.search_index import write_file_index
-from libflow.library.vectors import VectorIndex
+from libflow.library.vectors import PassageFilter, VectorIndex
 from libflow.models import LibraryFile, Project
 
 NAME = "search"
@@ -209,7 +209,7 @@ async def measure(
     embedder = FixedEmbedder(EMBEDDER, vector)
     index = VectorIndex()
     started = time.perf_counter()
-    await index.nearest(corpus.project_id, EMBEDDER, vector, None, CANDIDATES)
+    await index.nearest(corpus.project_id, EMBEDDER, vector, PassageFilter(), CANDIDATES)
     load_ms = (time.perf_counter() - started) * 1000
     bare = Bare(database)
     try:
@@ -227,7 +227,12 @@ async def measure(
                 bare_ids = bare.keyword(query)
             same_keyword += ours == bare_ids
             with timings.timed("vector"):
-                ours = await index.nearest(project, EMBEDDER, vector, None, CANDIDATES)
+                ours = [
+                    i
+                    for i, _ in await index.nearest(
+                        project, EMBEDDER, vector, PassageFilter(), CANDIDATES
+                    )
+                ]
             with timings.timed("bare vector"):
                 bare_ids = bare.nearest(vector)
             same_vector += ours == bare_ids

@@ -11,7 +11,7 @@ import pytest
 
 from libflow import appkeys
 from libflow.library.search import search as search_index
-from libflow.library.vectors import QueryEmbedder, Vector, VectorIndex
+from libflow.library.vectors import PassageFilter, QueryEmbedder, Vector, VectorIndex
 from libflow.models import Chunk, LibraryFile, ProcessingStatus
 from tests.conftest import Api, fixture_bytes, wait_until_processed
 from tests.library_helpers import assert_error
@@ -276,8 +276,11 @@ async def test_vectors_of_another_embedder_are_never_searched(api: Api) -> None:
     index = VectorIndex()
 
     # The exact vector of the chunk, but named for another model: not a neighbour.
-    assert await index.nearest(api.project_id, "other:model", stored, None, 10) == []
-    assert await index.nearest(api.project_id, chunk.embedder, stored, None, 10) == [chunk.id]
+    assert await index.nearest(api.project_id, "other:model", stored, PassageFilter(), 10) == []
+    [(nearest, similarity)] = await index.nearest(
+        api.project_id, chunk.embedder, stored, PassageFilter(), 10
+    )
+    assert nearest == chunk.id and similarity > 0.99
 
     # Through the hybrid search, with a query that shares no keyword with the text.
     async def hits(embedder: QueryEmbedder) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from tortoise.connection import get_connection
 
-from libflow.library.vectors import QueryEmbedder, VectorSearch
+from libflow.library.vectors import PassageFilter, QueryEmbedder, VectorSearch
 from libflow.models import Chunk, LibraryFile
 
 RRF_K = 60  # the constant of reciprocal rank fusion (Cormack et al.)
@@ -100,7 +100,12 @@ async def search(
     if embedder is not None:
         [query_vector] = await embedder.embed([query])
         rankings.append(
-            await vectors.nearest(project_id, embedder.name, query_vector, folder, CANDIDATES)
+            [
+                chunk_id
+                for chunk_id, _ in await vectors.nearest(
+                    project_id, embedder.name, query_vector, PassageFilter(folder), CANDIDATES
+                )
+            ]
         )
     fused = fuse_rankings(rankings)[:limit]
     if not fused:

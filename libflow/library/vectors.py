@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -30,13 +30,32 @@ class QueryEmbedder(Protocol):
         ...
 
 
+MetadataValue = str | int | float | bool
+
+
+@dataclass(frozen=True, slots=True)
+class PassageFilter:
+    """Which passages a search may return.
+
+    ``folder`` is "root", a folder id, or None for every folder. ``metadata`` maps a key to
+    the values it may have (any of them); every key must match, by JSON equality (so 1 and
+    "1" and true are three different values).
+    """
+
+    folder: str | None = None
+    metadata: Mapping[str, tuple[MetadataValue, ...]] = field(default_factory=dict)
+
+
 class VectorSearch(Protocol):
     """Where chunk vectors are searched: in this process's memory, or in the database."""
 
     async def nearest(
-        self, project_id: str, embedder: str, query: Vector, folder: str | None, n: int
-    ) -> list[int]:
-        """Chunk ids most similar to ``query``, best first; ``folder`` "root" or an id."""
+        self, project_id: str, embedder: str, query: Vector, where: PassageFilter, n: int
+    ) -> list[tuple[int, float]]:
+        """(chunk id, cosine similarity) of the ``n`` chunks nearest ``query``, best first.
+
+        Only chunks ``where`` admits, and only those at least MIN_SIMILARITY similar.
+        """
         ...
 
 
@@ -89,17 +108,19 @@ class VectorIndex:
             return cached
 
     async def nearest(
-        self, project_id: str, embedder: str, query: Vector, folder: str | None, n: int
-    ) -> list[int]:
-        """Chunk ids most similar to ``query``, best first; ``folder`` "root" or an id."""
+        self, project_id: str, embedder: str, query: Vector, where: PassageFilter, n: int
+    ) -> list[tuple[int, float]]:
+        """(chunk id, cosine similarity) nearest ``query``, best first (VectorSearch)."""
+        if where.metadata:
+            raise NotImplementedError("metadata filters: to be built")
         vectors = await self._vectors(project_id, embedder)
         if len(vectors.ids) == 0 or vectors.matrix.shape[1] != query.shape[0]:
             return []
         scores = vectors.matrix @ query
-        if folder is not None:
-            wanted = None if folder == "root" else folder
+        if where.folder is not None:
+            wanted = None if where.folder == "root" else where.folder
             scores = np.where(vectors.folders == wanted, scores, -1.0)
         count = min(n, len(scores))
         top = np.argpartition(-scores, count - 1)[:count]
         top = top[np.argsort(-scores[top])]
-        return [int(vectors.ids[i]) for i in top if scores[i] >= MIN_SIMILARITY]
+        return [(int(vectors.ids[i]), float(scores[i])) for i in top if scores[i] >= MIN_SIMILARITY]

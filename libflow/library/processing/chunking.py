@@ -77,7 +77,7 @@ def chunk_segments(
                     f"the text makes more than {max_chunks:,} passages, more than one file "
                     "may index"
                 )
-            chunks.append(Chunk(text, segment.page, len(chunks)))
+            chunks.append(Chunk(text, segment.page, len(chunks), page_name=segment.page_name))
     return chunks
 
 

@@ -96,6 +96,7 @@ class Segment:
 
     text: str
     page: int | None  # 1-based pdf page or pptx slide number; None for docx, txt, csv
+    page_name: str | None = None  # a page known by name rather than number: an xlsx sheet
 
 
 @dataclass(frozen=True, slots=True)
