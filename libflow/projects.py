@@ -7,7 +7,9 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from libflow.errors import NotFound
+from tortoise.transactions import in_transaction
+
+from libflow.errors import NotFound, ValidationFailed
 from libflow.ids import utcnow
 from libflow.models import ApiKey, Project
 
@@ -50,6 +52,23 @@ async def revoke_api_key(key_id: str) -> ApiKey:
         key.revoked_at = utcnow()
         await key.save(update_fields=["revoked_at"])
     return key
+
+
+async def rotate_api_key(key_id: str) -> tuple[ApiKey, str]:
+    """A new key in place of ``key_id`` (same project, name and email); the old one revoked.
+
+    One transaction: there is never a moment with neither key, nor a new key beside an old
+    one that stays valid because the revocation failed.
+    """
+    async with in_transaction():
+        old = await ApiKey.get_or_none(id=key_id).select_related("project")
+        if old is None:
+            raise NotFound(f"no API key {key_id}")
+        if old.revoked_at is not None:
+            raise ValidationFailed(f"API key {key_id} is revoked: create a new one instead")
+        new, secret = await create_api_key(old.project, name=old.name, email=old.email)
+        await revoke_api_key(old.id)
+    return new, secret
 
 
 async def find_active_key(secret: str) -> ApiKey | None:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from libflow.cli.event_stream import EventStreamParser
+from libflow.client.events import EventStreamParser
 from tests import test_cli
 from tests.tcp_proxy import TcpProxy
 from tests.test_cli import (

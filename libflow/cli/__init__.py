@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 
 import aiohttp
@@ -14,12 +13,18 @@ from libflow.cli.admin import (
     keys_create,
     keys_list,
     keys_revoke,
+    keys_rotate,
     projects_create,
+    projects_list,
     secrets_rotate_key,
 )
+from libflow.cli.connection import add_connection_options
+from libflow.cli.deliveries import add_deliveries_parser
+from libflow.cli.library import add_library_parsers
 from libflow.cli.output import CliError
 from libflow.cli.public_api import upload, webhooks_create, workflows_push
-from libflow.cli.runs import add_runs_parser
+from libflow.cli.runs import add_run_parser, add_runs_parser
+from libflow.client import LibflowError as ClientError
 from libflow.webhooks.signatures import SCHEMES
 
 
@@ -33,8 +38,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p = projects.add_parser("create", help="create a project and its first API key")
     p.add_argument("name")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    printed = p.add_mutually_exclusive_group()
+    printed.add_argument("--json", action="store_true", help="print JSON")
+    printed.add_argument(
+        "--shell",
+        action="store_true",
+        help="print export lines of LIBFLOW_URL, LIBFLOW_PROJECT_ID and LIBFLOW_API_KEY "
+        '(eval "$(libflow projects create NAME --shell)")',
+    )
     p.set_defaults(run=projects_create)
+    p = projects.add_parser("list", help="list the projects, oldest first")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(run=projects_list)
 
     keys = sub.add_parser("keys", help="manage API keys").add_subparsers(
         dest="action", required=True
@@ -49,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("key_id")
     k.add_argument("--json", action="store_true")
     k.set_defaults(run=keys_revoke)
+    k = keys.add_parser(
+        "rotate", help="replace an API key: a new one (shown once), the old one revoked"
+    )
+    k.add_argument("key_id")
+    k.add_argument("--json", action="store_true")
+    k.set_defaults(run=keys_rotate)
     k = keys.add_parser("list", help="list a project's API keys")
     k.add_argument("project")
     k.add_argument("--json", action="store_true")
@@ -58,8 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("project", help="project id")
     u.add_argument("files", nargs="+", metavar="FILE")
     u.add_argument("--dir", default="root", help="folder id (default root)")
-    u.add_argument("--url", default=os.environ.get("LIBFLOW_URL", "http://127.0.0.1:8080"))
-    u.add_argument("--api-key", default=os.environ.get("LIBFLOW_API_KEY"))
+    add_connection_options(u)
     u.add_argument("--json", action="store_true")
     u.set_defaults(run=upload)
 
@@ -75,8 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("file", metavar="FILE.json")
     w.add_argument("--workflow", metavar="ID", help="publish a new version of this workflow")
     w.add_argument("--name", help="name of the new workflow (default: from the file)")
-    w.add_argument("--url", default=os.environ.get("LIBFLOW_URL", "http://127.0.0.1:8080"))
-    w.add_argument("--api-key", default=os.environ.get("LIBFLOW_API_KEY"))
+    add_connection_options(w)
     w.add_argument("--json", action="store_true", help="print {workflowId, version} as JSON")
     w.set_defaults(run=workflows_push)
 
@@ -97,8 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument(
         "--event", metavar="NAME", help="event node the deliveries start (server default: webhook)"
     )
-    h.add_argument("--url", default=os.environ.get("LIBFLOW_URL", "http://127.0.0.1:8080"))
-    h.add_argument("--api-key", default=os.environ.get("LIBFLOW_API_KEY"))
+    add_connection_options(h)
     h.add_argument(
         "--json", action="store_true", help="print the API's webhook record (with its secret)"
     )
@@ -120,7 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print {resealed, alreadyNew, keyId}")
     r.set_defaults(run=secrets_rotate_key)
 
+    add_library_parsers(sub)
+    add_run_parser(sub)
     add_runs_parser(sub)
+    add_deliveries_parser(sub)
     return parser
 
 
@@ -129,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         asyncio.run(args.run(args))
-    except CliError as err:
+    except (CliError, ClientError) as err:
         print(f"libflow: {err}", file=sys.stderr)
         return 1
     except aiohttp.ClientError as err:

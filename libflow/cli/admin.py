@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from tortoise.exceptions import DBConnectionError
 
 from libflow.cli.output import CliError, print_result
+from libflow.cli.server_url import default_server_url
 from libflow.db.connection import open_database
 from libflow.errors import LibflowError
 from libflow.models import ApiKey, Project
-from libflow.projects import create_api_key, create_project, revoke_api_key
+from libflow.projects import create_api_key, create_project, revoke_api_key, rotate_api_key
 from libflow.secrets.crypto import (
     SecretBox,
     SecretUnreadable,
@@ -22,9 +24,38 @@ from libflow.secrets.crypto import (
     use_secret_box,
 )
 from libflow.secrets.rotation import rotate_key
-from settings import SettingsError, settings_from_env
+from settings import Settings, SettingsError, settings_from_env
 
 OLD_KEY_VARIABLE = "LIBFLOW_OLD_SECRET_KEY"
+# Either names the database on purpose (a new one is then made if need be).
+_DATABASE_VARIABLES = ("LIBFLOW_DATA_DIR", "LIBFLOW_DATABASE_URL")
+
+
+def database_shown(settings: Settings) -> str:
+    """The database a command works on, for the user to read: never a password."""
+    url = settings.resolved_database_url
+    return url if url.startswith("sqlite://") else url.split("@")[-1]
+
+
+def _refuse_a_new_database_by_accident(settings: Settings) -> None:
+    """An admin command run outside the server's directory must not make a database of its own.
+
+    With neither ``LIBFLOW_DATA_DIR`` nor ``LIBFLOW_DATABASE_URL`` set, the database is
+    ``./data/libflow.sqlite3`` relative to where the command runs: when that file does not
+    exist the command is almost surely in the wrong directory, and a project made in a new
+    database would have keys the running server does not know.
+    """
+    chosen = any(os.environ.get(name, "").strip() for name in _DATABASE_VARIABLES)
+    url = settings.resolved_database_url
+    if chosen or not url.startswith("sqlite://"):
+        return
+    path = Path(url.removeprefix("sqlite://"))
+    if not path.exists():
+        raise CliError(
+            f"no libflow database at {path} (the default, ./data, in this directory): run "
+            "this where the server runs, or name its database with LIBFLOW_DATA_DIR or "
+            "LIBFLOW_DATABASE_URL (LIBFLOW_DATA_DIR=data creates a new one here)"
+        )
 
 
 async def _with_database(action: Callable[[], Awaitable[None]]) -> None:
@@ -32,6 +63,7 @@ async def _with_database(action: Callable[[], Awaitable[None]]) -> None:
         settings = settings_from_env()
     except SettingsError as err:
         raise CliError(str(err)) from err
+    _refuse_a_new_database_by_accident(settings)
     try:
         # Before the database: a migration may have webhook secrets to seal.
         use_secret_box(box_of(settings))
@@ -41,9 +73,18 @@ async def _with_database(action: Callable[[], Awaitable[None]]) -> None:
         async with open_database(settings.resolved_database_url):
             await action()
     except (OSError, DBConnectionError) as err:
-        # The host part only: the URL may carry a password.
-        where = settings.resolved_database_url.split("@")[-1]
+        where = database_shown(settings)
         raise CliError(f"cannot reach the database at {where}: {err}") from err
+
+
+def shell_exports(project_id: str, api_key: str) -> str:
+    """``export`` lines for ``eval "$(libflow projects create NAME --shell)"``."""
+    values = {
+        "LIBFLOW_URL": default_server_url(),
+        "LIBFLOW_PROJECT_ID": project_id,
+        "LIBFLOW_API_KEY": api_key,
+    }
+    return "\n".join(f"export {name}={shlex.quote(value)}" for name, value in values.items())
 
 
 async def projects_create(args: argparse.Namespace) -> None:
@@ -51,10 +92,59 @@ async def projects_create(args: argparse.Namespace) -> None:
 
     async def action() -> None:
         project, _key, secret = await create_project(args.name)
+        if getattr(args, "shell", False):
+            print(shell_exports(project.id, secret))
+            return
         print_result(
             {"projectId": project.id, "apiKey": secret},
             args.json,
             f"project {project.id} ({project.name})\napi key: {secret}  (shown once; keep it)",
+        )
+
+    await _with_database(action)
+
+
+async def projects_list(args: argparse.Namespace) -> None:
+    """``libflow projects list``: every project, oldest first, with its count of active keys."""
+
+    async def action() -> None:
+        rows = []
+        for project in await Project.all().order_by("created_at"):
+            keys = await ApiKey.filter(project_id=project.id, revoked_at__isnull=True).count()
+            rows.append(
+                {
+                    "projectId": project.id,
+                    "name": project.name,
+                    "activeKeys": keys,
+                    "createdDate": project.created_at.isoformat(),
+                }
+            )
+        text = "\n".join(
+            f"{r['projectId']}  {r['name']}  ({r['activeKeys']} active keys)" for r in rows
+        )
+        print_result(rows, args.json, text or "no projects")
+
+    await _with_database(action)
+
+
+async def keys_rotate(args: argparse.Namespace) -> None:
+    """``libflow keys rotate``: a new key in place of one, which is revoked at once."""
+
+    async def action() -> None:
+        try:
+            key, secret = await rotate_api_key(args.key_id)
+        except LibflowError as err:
+            raise CliError(err.message) from err
+        print_result(
+            {
+                "keyId": key.id,
+                "projectId": key.project_id,
+                "apiKey": secret,
+                "revoked": args.key_id,
+            },
+            args.json,
+            f"key {key.id} replaces {args.key_id} (revoked)\n"
+            f"api key: {secret}  (shown once; keep it)",
         )
 
     await _with_database(action)

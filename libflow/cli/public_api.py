@@ -1,6 +1,6 @@
 """The client commands, ``libflow upload``, ``workflows push`` and ``webhooks create``.
 
-They call the public HTTP API with an API key, through api_client (which waits out a 429).
+They call the public HTTP API through libflow.client (which waits out a 429).
 """
 
 from __future__ import annotations
@@ -9,86 +9,46 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 from tqdm import tqdm
-from yarl import URL
 
-from libflow.cli.api_client import API, ApiCallError, call_api_for_object
+from libflow.cli.connection import client_of
 from libflow.cli.output import CliError, print_result
-
-CHUNK = 1024 * 1024
-
-
-async def _file_chunks(path: Path, bar: tqdm[Any]) -> AsyncIterator[bytes]:
-    with path.open("rb") as f:
-        while chunk := await asyncio.to_thread(f.read, CHUNK):
-            bar.update(len(chunk))
-            yield chunk
+from libflow.client import ApiError, LibflowClient
+from libflow.client.records import LibraryFile
 
 
 async def upload_file(
-    session: aiohttp.ClientSession,
-    base_url: str,
-    api_key: str,
-    project: str,
-    path: Path,
-    folder: str,
-    *,
-    progress: bool = True,
-) -> dict[str, Any]:
-    """Create the record, PUT the bytes, finalize: the public three-step flow."""
-    files_url = f"{base_url}{API}/projects/{project}/library/files"
-    file_type = path.suffix.lstrip(".").lower()
-    created = await call_api_for_object(
-        session,
-        "POST",
-        files_url,
-        api_key,
-        json={"originalname": path.name, "fileType": file_type, "dir": folder},
-    )
+    client: LibflowClient, path: Path, folder: str, *, progress: bool = True
+) -> LibraryFile:
+    """Create the record, PUT the bytes, finalize (the public three-step flow), with a bar."""
     size = (await asyncio.to_thread(path.stat)).st_size
     with tqdm(
-        total=size, unit="B", unit_scale=True, desc=path.name, disable=not progress, leave=False
+        total=size,
+        unit="B",
+        unit_scale=True,
+        desc=path.name,
+        disable=not progress,
+        leave=False,
     ) as bar:
-        # The signed link goes as it is (re-quoting would break its signature), and
-        # without the API key: it is a credential of its own.
-        async with session.put(
-            URL(created["storageLink"], encoded=True),
-            data=_file_chunks(path, bar),
-            headers={"Content-Type": created["mimeType"], "Content-Length": str(size)},
-        ) as response:
-            if response.status >= 400:
-                text = await response.text()
-                raise CliError(f"upload of {path.name} failed: {response.status} {text}")
-    return await call_api_for_object(
-        session, "POST", f"{files_url}:complete", api_key, json={"path": created["path"]}
-    )
+
+        def advance(sent: int, _size: int) -> None:
+            bar.update(sent - bar.n)
+
+        return await client.library.upload(path, dir=folder, progress=advance)
 
 
 async def upload(args: argparse.Namespace) -> None:
     """``libflow upload``: upload each FILE, print its record."""
-    if not args.api_key:
-        raise CliError("an API key is needed: --api-key or LIBFLOW_API_KEY")
     paths = [Path(p) for p in args.files]
     for path in paths:
         if not path.is_file():
             raise CliError(f"{path}: not a file")
-    base_url = args.url.rstrip("/")
-    async with aiohttp.ClientSession() as session:
+    async with client_of(args) as client:
         for path in paths:
-            record = await upload_file(
-                session,
-                base_url,
-                args.api_key,
-                args.project,
-                path,
-                args.dir,
-                progress=sys.stderr.isatty(),
-            )
+            record = await upload_file(client, path, args.dir, progress=sys.stderr.isatty())
             print_result(record, args.json, f"{path.name}: {record['id']} ({record['size']} bytes)")
 
 
@@ -108,7 +68,7 @@ def _read_workflow_file(path: Path) -> tuple[str | None, Any]:
     return None, data
 
 
-def _invalid_workflow_lines(err: ApiCallError) -> str:
+def _invalid_workflow_lines(err: ApiError) -> str:
     """The error line, then one ``node: problem`` line per detail of an INVALID_WORKFLOW."""
     lines = [str(err)]
     details = err.body.get("details")
@@ -121,37 +81,22 @@ def _invalid_workflow_lines(err: ApiCallError) -> str:
 
 async def workflows_push(args: argparse.Namespace) -> None:
     """``libflow workflows push``: create a workflow from a file, or publish a new version."""
-    if not args.api_key:
-        raise CliError("an API key is needed: --api-key or LIBFLOW_API_KEY")
     if args.workflow and args.name:
         raise CliError("--name names a new workflow; it cannot be used with --workflow")
     path = Path(args.file)
     file_name, definition = _read_workflow_file(path)
-    workflows_url = f"{args.url.rstrip('/')}{API}/projects/{args.project}/workflows"
-    async with aiohttp.ClientSession() as session:
+    async with client_of(args) as client:
         try:
             if args.workflow:
-                published = await call_api_for_object(
-                    session,
-                    "POST",
-                    f"{workflows_url}/{args.workflow}/versions",
-                    args.api_key,
-                    json={"definition": definition},
-                )
+                published = await client.workflows.publish(args.workflow, definition)
                 result = {"workflowId": args.workflow, "version": published["version"]}
                 verb = "published"
             else:
                 name = args.name or file_name or path.stem
-                created = await call_api_for_object(
-                    session,
-                    "POST",
-                    workflows_url,
-                    args.api_key,
-                    json={"name": name, "definition": definition},
-                )
+                created = await client.workflows.create(name, definition)
                 result = {"workflowId": created["workflowId"], "version": created["version"]}
                 verb = "created"
-        except ApiCallError as err:
+        except ApiError as err:
             raise CliError(_invalid_workflow_lines(err)) from err
     print_result(
         result,
@@ -162,15 +107,10 @@ async def workflows_push(args: argparse.Namespace) -> None:
 
 async def webhooks_create(args: argparse.Namespace) -> None:
     """``libflow webhooks create``: add a webhook to a workflow, print its URL and secret."""
-    if not args.api_key:
-        raise CliError("an API key is needed: --api-key or LIBFLOW_API_KEY")
-    # Only what the user gave: the server's defaults stay the server's.
-    body = {k: v for k, v in (("scheme", args.scheme), ("event", args.event)) if v is not None}
-    url = (
-        f"{args.url.rstrip('/')}{API}/projects/{args.project}/workflows/{args.workflow_id}/webhooks"
-    )
-    async with aiohttp.ClientSession() as session:
-        created = await call_api_for_object(session, "POST", url, args.api_key, json=body)
+    async with client_of(args) as client:
+        created = await client.webhooks.create(
+            args.workflow_id, scheme=args.scheme, event=args.event
+        )
     print_result(
         created,
         args.json,

@@ -1,25 +1,22 @@
 """``libflow runs``: start a workflow's run, find runs, follow one's events, cancel one.
 
-Like public_api's commands they call the public HTTP API through api_client. ``watch``
-follows the run's events with event_stream (which resumes a broken stream) and prints
-each on a line.
+Like public_api's commands they call the public HTTP API through libflow.client. ``watch``
+follows the run's events (the client resumes a broken stream) and prints each on a line;
+``libflow run`` runs a workflow with runsync and prints its outputs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from datetime import datetime
 from typing import Any
 
-import aiohttp
-from yarl import URL
-
-from libflow.cli.api_client import API, call_api, call_api_for_object
-from libflow.cli.event_stream import RUN_FINISHED, follow_run_events
+from libflow.cli.connection import add_connection_options, client_of
 from libflow.cli.output import CliError
+from libflow.client import LibflowClient
+from libflow.client.events import RUN_FINISHED
 from libflow.workflows.run_history import RUN_STATUSES, RUN_TRIGGERS
 
 # A value in a human-readable event line is cut here (--json and ``runs get`` show it whole).
@@ -44,17 +41,7 @@ def add_runs_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     _project_argument(s)
     s.add_argument("workflow_id", metavar="WORKFLOW_ID", help="workflow id")
-    s.add_argument(
-        "--input",
-        action="append",
-        default=[],
-        type=_name_value,
-        metavar="NAME=VALUE",
-        help="a string input (repeatable)",
-    )
-    s.add_argument("--inputs-json", metavar="JSON", help='inputs as a JSON object: {"n": 3}')
-    s.add_argument("--event", metavar="NAME", help="event node to start (server default: run)")
-    s.add_argument("--version", metavar="V", help="version to run (default: the latest)")
+    _run_options(s)
     s.add_argument("--watch", action="store_true", help="then follow its events, as watch")
     s.add_argument("--json", action="store_true", help="with --watch: one JSON event per line")
     _connection_options(s)
@@ -112,8 +99,7 @@ def _project_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def _connection_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default=os.environ.get("LIBFLOW_URL", "http://127.0.0.1:8080"))
-    parser.add_argument("--api-key", default=os.environ.get("LIBFLOW_API_KEY"))
+    add_connection_options(parser)
 
 
 def _name_value(text: str) -> tuple[str, str]:
@@ -123,32 +109,20 @@ def _name_value(text: str) -> tuple[str, str]:
     return name, value
 
 
-def _project_url(args: argparse.Namespace) -> str:
-    if not args.api_key:
-        raise CliError("an API key is needed: --api-key or LIBFLOW_API_KEY")
-    return f"{args.url.rstrip('/')}{API}/projects/{args.project}"
-
-
 def _print_json(data: Any) -> None:
     print(json.dumps(data), flush=True)
 
 
 async def runs_start(args: argparse.Namespace) -> None:
     """``libflow runs start``: queue a run, print its record; with --watch, follow it."""
-    project_url = _project_url(args)
-    # Only what the user gave: the server's defaults stay the server's.
-    given = {
-        "inputs": _inputs(args.inputs_json, args.input),
-        "runEvent": args.event,
-        "version": args.version,
-    }
-    body = {k: v for k, v in given.items() if v is not None}
-    async with aiohttp.ClientSession() as session:
-        url = f"{project_url}/workflows/{args.workflow_id}/runs"
-        run = await call_api_for_object(session, "POST", url, args.api_key, json=body)
+    inputs = _inputs(args.inputs_json, args.input)
+    async with client_of(args) as client:
+        run = await client.workflows.start(
+            args.workflow_id, inputs, event=args.event, version=args.version
+        )
         _print_json(run)
         if args.watch:
-            await _watch(session, project_url, args.api_key, run["runId"], args.json)
+            await _watch(client, run["runId"], args.json)
 
 
 def _inputs(inputs_json: str | None, pairs: list[tuple[str, str]]) -> dict[str, Any] | None:
@@ -170,60 +144,41 @@ def _inputs(inputs_json: str | None, pairs: list[tuple[str, str]]) -> dict[str, 
 
 async def runs_get(args: argparse.Namespace) -> None:
     """``libflow runs get``: print a run's record."""
-    project_url = _project_url(args)
-    async with aiohttp.ClientSession() as session:
-        run = await call_api_for_object(
-            session, "GET", f"{project_url}/runs/{args.run_id}", args.api_key
-        )
-    _print_json(run)
+    async with client_of(args) as client:
+        _print_json(await client.runs.get(args.run_id))
 
 
 async def runs_cancel(args: argparse.Namespace) -> None:
     """``libflow runs cancel``: cancel a run, print its record (it ends within a second)."""
-    project_url = _project_url(args)
-    url = f"{project_url}/runs/{args.run_id}/cancel"
-    async with aiohttp.ClientSession() as session:
-        run = await call_api_for_object(session, "POST", url, args.api_key)
-    _print_json(run)
+    async with client_of(args) as client:
+        _print_json(await client.runs.cancel(args.run_id))
 
 
 async def runs_list(args: argparse.Namespace) -> None:
     """``libflow runs list``: the project's runs, newest first; every page with --all."""
-    project_url = _project_url(args)
-    filters = {
-        "workflowId": args.workflow,
-        "status": args.status,
-        "trigger": args.trigger,
-        "version": args.version,
-        "startedAfter": args.started_after,
-        "startedBefore": args.started_before,
-        "limit": None if args.limit is None else str(args.limit),
-    }
-    query: dict[str, str] = {k: v for k, v in filters.items() if v is not None}
+    if args.limit is not None and not 1 <= args.limit <= 1000:
+        raise CliError("--limit must be 1..1000")
+    limit = args.limit or 100
     printed = 0
-    async with aiohttp.ClientSession() as session:
-        while True:
-            page, response = await call_api(
-                session, "GET", f"{project_url}/runs", args.api_key, params=query
-            )
-            if not isinstance(page, list):
-                raise CliError(f"GET {project_url}/runs: not a list of runs")
-            # Printed page by page: --all over a long history never holds it all.
-            for run in page:
-                if args.json:
-                    sys.stdout.write(("," if printed else "[") + json.dumps(run) + "\n")
-                else:
-                    print(_run_line(run))
-                printed += 1
-            next_link = response.links.get("next")
-            if not args.all or next_link is None:
+    async with client_of(args) as client:
+        runs = client.runs.iter(
+            workflow_id=args.workflow,
+            status=args.status,
+            trigger=args.trigger,
+            version=args.version,
+            started_after=args.started_after,
+            started_before=args.started_before,
+            page_size=limit,
+        )
+        # Printed as they come: --all over a long history never holds it all.
+        async for run in runs:
+            if args.json:
+                sys.stdout.write(("," if printed else "[") + json.dumps(run) + "\n")
+            else:
+                print(_run_line(dict(run)))
+            printed += 1
+            if not args.all and printed == limit:
                 break
-            # Only the link's query is taken (its cursor): the next page is asked of --url,
-            # with the key, whatever host the server believes it is reached at.
-            next_query = dict(URL(str(next_link["url"])).query)
-            if next_query == query:
-                raise CliError(f"GET {project_url}/runs: the next page is this page again")
-            query = next_query
     if args.json:
         print("]" if printed else "[]")
     elif not printed:
@@ -239,17 +194,14 @@ def _run_line(run: dict[str, Any]) -> str:
 
 async def runs_watch(args: argparse.Namespace) -> None:
     """``libflow runs watch``: print the run's events until it ends; fail unless it succeeded."""
-    project_url = _project_url(args)
-    async with aiohttp.ClientSession() as session:
-        await _watch(session, project_url, args.api_key, args.run_id, args.json)
+    async with client_of(args) as client:
+        await _watch(client, args.run_id, args.json)
 
 
-async def _watch(
-    session: aiohttp.ClientSession, project_url: str, api_key: str, run_id: str, as_json: bool
-) -> None:
+async def _watch(client: LibflowClient, run_id: str, as_json: bool) -> None:
     """Print each event of the run; RunNotSucceeded if it ended other than "succeeded"."""
     record: Any = None
-    async for event in follow_run_events(session, project_url, api_key, run_id):
+    async for event in client.runs.events(run_id):
         data = event.json_data()
         if as_json:
             _print_json({"id": event.number(), "event": event.name, "data": data})
@@ -260,6 +212,59 @@ async def _watch(
     ending = record if isinstance(record, dict) else {}
     if ending.get("status") != "succeeded":
         raise RunNotSucceeded(_one_line(f"run {run_id} {_ending(ending)}"))
+
+
+async def run_sync(args: argparse.Namespace) -> None:
+    """``libflow run``: runsync; print the outputs; exit 1 unless the run succeeded."""
+    inputs = _inputs(args.inputs_json, args.input)
+    async with client_of(args) as client:
+        answer = await client.workflows.runsync(
+            args.workflow_id, inputs, event=args.event, version=args.version
+        )
+    if args.json:
+        _print_json(answer)
+    else:
+        for name, value in (answer.get("result", {}).get("outputs") or {}).items():
+            print(f"{name} = {json.dumps(value, ensure_ascii=False)}")
+    if not answer.get("success"):
+        error = answer.get("result", {}).get("error") or {}
+        raise RunNotSucceeded(
+            _one_line(
+                f"run failed ({answer.get('statusCode')}): "
+                f"{error.get('code')}: {error.get('message')}"
+            )
+        )
+
+
+def add_run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``libflow run PROJECT WORKFLOW_ID`` (runsync) to the command's subparsers."""
+    r = sub.add_parser(
+        "run",
+        help="run a workflow now (runsync) and print its outputs",
+        description="Run WORKFLOW_ID (its latest version unless --version) and wait for "
+        "it; print each output as NAME = JSON (--json: the whole answer). Exit 1 unless "
+        "the run succeeded.",
+    )
+    _project_argument(r)
+    r.add_argument("workflow_id", metavar="WORKFLOW_ID", help="workflow id")
+    _run_options(r)
+    r.add_argument("--json", action="store_true", help="print runsync's answer as JSON")
+    _connection_options(r)
+    r.set_defaults(run=run_sync)
+
+
+def _run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        type=_name_value,
+        metavar="NAME=VALUE",
+        help="a string input (repeatable)",
+    )
+    parser.add_argument("--inputs-json", metavar="JSON", help='inputs as a JSON object: {"n": 3}')
+    parser.add_argument("--event", metavar="NAME", help="event node to start (server default: run)")
+    parser.add_argument("--version", metavar="V", help="version to run (default: the latest)")
 
 
 def event_line(name: str, data: Any) -> str:

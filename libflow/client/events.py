@@ -1,8 +1,7 @@
-"""Reading a run's server-sent events (``GET .../runs/:runId/events``).
+"""A run's server-sent events: a ``text/event-stream`` parser and a follower that resumes.
 
-A ``text/event-stream`` parser, and ``follow_run_events``: a run's events from its first to
-``run.finished``; a stream that breaks is opened again with ``Last-Event-ID`` so that no
-event is lost or seen twice.
+``follow_events`` yields a run's events from the first to ``run.finished``; a stream that
+breaks is opened again with ``Last-Event-ID`` so that no event is lost or seen twice.
 """
 
 from __future__ import annotations
@@ -10,34 +9,25 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from yarl import URL
 
-from libflow.cli.api_client import RATE_LIMIT_RETRIES, RateLimitedError, answer_error, json_body
-from libflow.cli.output import CliError
-from libflow.engine.run_budget import MAX_RUN_RECORD_BYTES
+from libflow.client.errors import ApiError, LibflowError, NotAnApiAnswer, RateLimitedError
+from libflow.client.transport import RATE_LIMIT_RETRIES, Transport
 
 RUN_FINISHED = "run.finished"
-# The largest event is run.finished, which carries a whole run record: past this a line is
-# not an event of a libflow server, and is refused before it is held.
-MAX_EVENT_BYTES = 4 * MAX_RUN_RECORD_BYTES
+# The largest event is run.finished, which carries a whole run record (at most 4 MiB on a
+# libflow server): past this a line is not a libflow event, and is refused before it is held.
+MAX_EVENT_BYTES = 16 * 1024 * 1024
 # The server sends a keep-alive every 15 s: this long without a byte, the stream is broken.
 STREAM_SILENCE_SECONDS = 60.0
 # Reconnections in a row that get no event before a run is given up on.
 RECONNECT_ATTEMPTS = 10
 # Until the server says otherwise (its ``retry:`` field): the wait before reconnecting.
 DEFAULT_RETRY_SECONDS = 2.0
-
-
-class _StreamBroken(Exception):
-    """The server failed (5xx) while serving the event stream; worth reconnecting."""
-
-    def __init__(self, error: CliError) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +66,11 @@ class EventStreamParser:
         self._data_bytes = 0
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
-        """The events completed by ``chunk``; CliError for a line past MAX_EVENT_BYTES."""
+        """The events completed by ``chunk``; LibflowError for a line past MAX_EVENT_BYTES."""
         self._buffer += chunk
         *lines, self._buffer = self._buffer.split(b"\n")
         if len(self._buffer) > MAX_EVENT_BYTES:
-            raise CliError(f"an event stream line is over {MAX_EVENT_BYTES} bytes")
+            raise LibflowError(f"an event stream line is over {MAX_EVENT_BYTES} bytes")
         events: list[ServerSentEvent] = []
         for raw in lines:
             event = self._line(raw.removesuffix(b"\r").decode("utf-8", errors="replace"))
@@ -98,7 +88,7 @@ class EventStreamParser:
         if field == "data":
             self._data_bytes += len(value)
             if self._data_bytes > MAX_EVENT_BYTES:
-                raise CliError(f"an event's data is over {MAX_EVENT_BYTES} bytes")
+                raise LibflowError(f"an event's data is over {MAX_EVENT_BYTES} bytes")
             self._data.append(value)
         elif field == "event":
             self._name = value
@@ -118,22 +108,28 @@ class EventStreamParser:
         return ServerSentEvent(self.last_id, name, "\n".join(data))
 
 
-async def follow_run_events(
-    session: aiohttp.ClientSession, project_url: str, api_key: str, run_id: str
+async def follow_events(
+    transport: Transport, url: URL, last_event_id: str | None = None
 ) -> AsyncIterator[ServerSentEvent]:
-    """The run's events from its first to run.finished, across broken connections.
+    """A run's events from after ``last_event_id`` to run.finished, across broken connections.
 
     A connection that breaks is opened again with the last event's id in ``Last-Event-ID``;
-    after RECONNECT_ATTEMPTS in a row without an event, CliError. Until a first stream is
+    after RECONNECT_ATTEMPTS in a row without an event, LibflowError. Until a first stream is
     open nothing is retried but a 429: an unknown run or an unreachable server is said at once.
     """
-    url = f"{project_url}/runs/{run_id}/events"
-    parser = EventStreamParser()
+    parser = EventStreamParser(last_event_id)
     opened = False
     failures = rate_limited = 0
+    # No total: a run is followed for as long as it runs; silence is what breaks a stream.
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=STREAM_SILENCE_SECONDS)
     while True:
+        headers = {"Accept": "text/event-stream"}
+        if parser.last_id is not None:
+            headers["Last-Event-ID"] = parser.last_id
         try:
-            async with _open_stream(session, url, api_key, parser.last_id) as response:
+            async with transport.stream(url, headers, timeout) as response:
+                if not response.content_type.startswith("text/event-stream"):
+                    raise LibflowError(f"GET {url}: {response.status}: not an event stream")
                 opened = True
                 rate_limited = 0
                 async for chunk in response.content.iter_any():
@@ -149,40 +145,21 @@ async def follow_run_events(
                 raise
             await asyncio.sleep(err.retry_after)
             continue
-        except _StreamBroken as err:
-            if not opened:
-                raise err.error from None
+        except (ApiError, NotAnApiAnswer) as err:
+            if not opened or err.status < 500:
+                raise
             problem = str(err)
         except (aiohttp.ClientError, TimeoutError) as err:
             if not opened:
                 if isinstance(err, aiohttp.ClientError):
-                    raise  # the command says "cannot reach the server"
-                raise CliError(f"GET {url}: no answer") from err
+                    raise  # the caller says "cannot reach the server"
+                raise LibflowError(f"GET {url}: no answer") from err
             problem = str(err) or type(err).__name__
         failures += 1
         if failures > RECONNECT_ATTEMPTS:
-            raise CliError(f"GET {url}: the event stream broke: {problem}")
+            raise LibflowError(f"GET {url}: the event stream broke: {problem}")
         await asyncio.sleep(parser.retry_seconds or DEFAULT_RETRY_SECONDS)
         # What came of an event cut in the middle is dropped: it comes again, whole.
         retry_seconds = parser.retry_seconds
         parser = EventStreamParser(parser.last_id)
         parser.retry_seconds = retry_seconds
-
-
-@asynccontextmanager
-async def _open_stream(
-    session: aiohttp.ClientSession, url: str, api_key: str, last_id: str | None
-) -> AsyncIterator[aiohttp.ClientResponse]:
-    """The run's event stream, from after ``last_id``: an error unless the answer is one."""
-    headers = {"Authorization": api_key, "Accept": "text/event-stream"}
-    if last_id is not None:
-        headers["Last-Event-ID"] = last_id
-    # No total: a run is followed for as long as it runs; silence is what breaks a stream.
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=STREAM_SILENCE_SECONDS)
-    async with session.get(url, headers=headers, timeout=timeout) as response:
-        if response.status >= 400:
-            error = answer_error(f"GET {url}", response, await json_body(response))
-            raise _StreamBroken(error) if response.status >= 500 else error
-        if not response.content_type.startswith("text/event-stream"):
-            raise CliError(f"GET {url}: {response.status}: not an event stream")
-        yield response
