@@ -205,8 +205,10 @@ def _tail(path: Path, chars: int = 800) -> str:
     return ""
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
-    deadline = time.monotonic() + SERVER_START_TIMEOUT
+def _wait_ready(
+    proc: subprocess.Popen[bytes], url: str, log_path: Path, timeout: float = SERVER_START_TIMEOUT
+) -> None:
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise BenchError(f"server exited with {proc.returncode}: {_tail(log_path)}")
@@ -217,7 +219,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], url: str, log_path: Path) -> None
             if response.status == 200:
                 return
         time.sleep(0.1)
-    raise BenchError(f"server not ready at {url} after {SERVER_START_TIMEOUT}s: {_tail(log_path)}")
+    raise BenchError(f"server not ready at {url} after {timeout}s: {_tail(log_path)}")
 
 
 def stop_process(proc: subprocess.Popen[bytes]) -> None:
@@ -243,6 +245,7 @@ def server(
     log_path: Path,
     cpu: int | None = None,
     ready_path: str = "/healthz",
+    start_timeout: float = SERVER_START_TIMEOUT,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Start ``cmd`` in its own session, wait for ``ready_path`` to answer 200, stop it after."""
     with log_path.open("wb") as log:
@@ -256,7 +259,7 @@ def server(
             start_new_session=True,
         )
     try:
-        _wait_ready(proc, f"http://127.0.0.1:{port}{ready_path}", log_path)
+        _wait_ready(proc, f"http://127.0.0.1:{port}{ready_path}", log_path, start_timeout)
         yield proc
     finally:
         stop_process(proc)

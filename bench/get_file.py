@@ -66,19 +66,25 @@ def _latency_ms(text: str, percentile: str) -> float:
 
 
 def wrk(
-    url: str, seconds: int, headers: dict[str, str] | None = None, script: Path | None = None
+    url: str,
+    seconds: int,
+    headers: dict[str, str] | None = None,
+    script: Path | None = None,
+    *,
+    cpu: int | None = WRK_CPU,
+    connections: int = CONNECTIONS,
 ) -> WrkRun:
-    """One ``wrk --latency`` run on WRK_CPU (with a Lua ``script`` for POSTs); fails on any
-    non-2xx answer or socket error."""
+    """One ``wrk --latency`` run on ``cpu`` (None: any; with a Lua ``script`` for POSTs);
+    fails on any non-2xx answer or socket error."""
     if shutil.which("wrk") is None:
         raise BenchError("wrk is not installed: apt-get install -y wrk")
-    cmd = ["wrk", f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "--latency"]
+    cmd = ["wrk", f"-t{THREADS}", f"-c{connections}", f"-d{seconds}s", "--latency"]
     if script is not None:
         cmd += ["-s", str(script)]
     for name, value in (headers or {}).items():
         cmd += ["-H", f"{name}: {value}"]
     done = subprocess.run(
-        pinned(WRK_CPU, [*cmd, url]),
+        pinned(cpu, [*cmd, url]),
         capture_output=True,
         text=True,
         timeout=seconds + 30,

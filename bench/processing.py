@@ -220,7 +220,7 @@ def in_process_pipeline(embedder: LocalEmbedder, path: Path) -> PipelineRun:
     t0 = time.perf_counter()
     extraction = extract_text(path, "docx")
     t1 = time.perf_counter()
-    chunks = chunk_segments(extraction.segments)
+    chunks = chunk_segments(extraction.segments, embedder.passage_sizing)
     t2 = time.perf_counter()
     _encode(embedder, [c.text for c in chunks])
     t3 = time.perf_counter()
@@ -363,7 +363,7 @@ def measure_embedding(embedder: LocalEmbedder, prose: Prose) -> EmbedRun:
     import torch
 
     segment = Segment(prose.text(EMBED_CHUNKS * 400), None)
-    texts = [chunk.text for chunk in chunk_segments([segment])][:EMBED_CHUNKS]
+    texts = [c.text for c in chunk_segments([segment], embedder.passage_sizing)][:EMBED_CHUNKS]
     if len(texts) < EMBED_CHUNKS:
         raise BenchError(f"only {len(texts)} chunks of generated text")
 

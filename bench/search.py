@@ -30,7 +30,13 @@ import numpy.typing as npt
 from bench._common import Report, Result, percentile, run_alone
 from bench._text import Prose
 from libflow.db.connection import open_database
-from libflow.library.search import CANDIDATES, fuse_rankings, keyword_ranking, search
+from libflow.library.search import (
+    CANDIDATES,
+    PREFIX_MIN_CHARS,
+    fuse_rankings,
+    keyword_ranking,
+    search,
+)
 from libflow.library.search_index import write_file_index
 from libflow.library.vectors import PassageFilter, VectorIndex
 from libflow.models import LibraryFile, Project
@@ -69,7 +75,7 @@ class FixedEmbedder:
         self.dimensions = vector.shape[0]
         self._vector = vector
 
-    async def embed(self, texts: Sequence[str]) -> Matrix:
+    async def embed(self, texts: Sequence[str], *, truncate: bool = False) -> Matrix:
         return np.tile(self._vector, (len(texts), 1))
 
 
@@ -124,8 +130,10 @@ async def grow(corpus: Corpus, target: int) -> float:
 
 
 def _match(query: str) -> str:
-    """The FTS5 expression keyword_ranking builds: any of the terms."""
-    return " OR ".join(f'"{t}"' for t in dict.fromkeys(query.lower().split()))
+    """The FTS5 expression keyword_ranking builds: any of the terms, the last also a prefix."""
+    terms = list(dict.fromkeys(query.lower().split()))
+    prefix = [f'"{terms[-1]}"*'] if len(terms[-1]) >= PREFIX_MIN_CHARS else []
+    return " OR ".join([*(f'"{t}"' for t in terms), *prefix])
 
 
 class Bare:
@@ -146,23 +154,24 @@ class Bare:
     def close(self) -> None:
         self.db.close()
 
-    def keyword(self, query: str) -> list[int]:
+    def keyword(self, query: str) -> list[tuple[int, float]]:
         rows = self.db.execute(
-            "SELECT rowid FROM library_chunks_fts WHERE library_chunks_fts MATCH ?"
-            " ORDER BY bm25(library_chunks_fts) LIMIT ?",
+            "SELECT rowid, -bm25(library_chunks_fts) FROM library_chunks_fts"
+            " WHERE library_chunks_fts MATCH ? ORDER BY bm25(library_chunks_fts) LIMIT ?",
             (_match(query), CANDIDATES),
         ).fetchall()
-        return [r[0] for r in rows]
+        best = max((r[1] for r in rows), default=0.0)
+        return [(r[0], r[1] / best if best > 0 else 1.0) for r in rows]
 
-    def nearest(self, vector: Matrix) -> list[int]:
+    def nearest(self, vector: Matrix) -> list[tuple[int, float]]:
         scores = self.matrix @ vector
         top = np.argpartition(-scores, CANDIDATES - 1)[:CANDIDATES]
         top = top[np.argsort(-scores[top])]
-        return [int(i) for i in self.ids[top]]
+        return [(int(self.ids[i]), float(scores[i])) for i in top]
 
     def hybrid(self, query: str, vector: Matrix) -> list[tuple[Any, ...]]:
-        fused = fuse_rankings([self.keyword(query), self.nearest(vector)])[:LIMIT]
-        ids = [chunk_id for chunk_id, _ in fused]
+        fused = fuse_rankings(self.keyword(query), self.nearest(vector))[:LIMIT]
+        ids = [hit.chunk_id for hit in fused]
         marks = ",".join("?" * len(ids))
         return self.db.execute(
             "SELECT c.id, c.file_id, c.text, c.page, f.name FROM library_chunks c"
@@ -216,15 +225,18 @@ async def measure(
         timings = Timings()
         project = corpus.project_id
         hybrid_hits = same_keyword = same_vector = 0
+        everywhere = PassageFilter()
         for query in queries[:5]:  # warm-up: caches, statements, pages
-            await keyword_ranking(project, query, None, CANDIDATES)
-            await search(project, query, limit=LIMIT, folder=None, embedder=embedder, vectors=index)
+            await keyword_ranking(project, query, everywhere, CANDIDATES)
+            await search(
+                project, query, limit=LIMIT, where=everywhere, embedder=embedder, vectors=index
+            )
             bare.hybrid(query, vector)
         for query in queries:
             with timings.timed("keyword"):
-                ours = await keyword_ranking(project, query, None, CANDIDATES)
+                ours = [i for i, _ in await keyword_ranking(project, query, everywhere, CANDIDATES)]
             with timings.timed("bare keyword"):
-                bare_ids = bare.keyword(query)
+                bare_ids = [i for i, _ in bare.keyword(query)]
             same_keyword += ours == bare_ids
             with timings.timed("vector"):
                 ours = [
@@ -234,11 +246,11 @@ async def measure(
                     )
                 ]
             with timings.timed("bare vector"):
-                bare_ids = bare.nearest(vector)
+                bare_ids = [i for i, _ in bare.nearest(vector)]
             same_vector += ours == bare_ids
             with timings.timed("hybrid"):
                 hits = await search(
-                    project, query, limit=LIMIT, folder=None, embedder=embedder, vectors=index
+                    project, query, limit=LIMIT, where=everywhere, embedder=embedder, vectors=index
                 )
             with timings.timed("bare hybrid"):
                 bare.hybrid(query, vector)

@@ -6,7 +6,6 @@ server runs the job functions itself.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
 from collections.abc import AsyncIterator
@@ -15,7 +14,18 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from libflow import appkeys
-from libflow.api import library, ops, runs, schedules, secrets, storage, webhooks, workflows
+from libflow.api import (
+    console,
+    docs_page,
+    library,
+    ops,
+    runs,
+    schedules,
+    secrets,
+    storage,
+    webhooks,
+    workflows,
+)
 from libflow.api.auth import api_key_middleware
 from libflow.api.errors import error_middleware, serve_json_errors
 from libflow.jobs import InProcessJobQueue
@@ -25,7 +35,7 @@ from libflow.models import Project
 from libflow.projects import ApiKeyCache
 from libflow.rate_limits import open_rate_limiter
 from libflow.resources import open_resources
-from libflow.schedule import PERIODIC_JOBS, Periodic, resume_in_process
+from libflow.schedule import periodic_jobs_in_process
 from libflow.storage.local import LocalStorage
 from settings import Settings
 from workers.functions import JOB_FUNCTIONS
@@ -59,22 +69,8 @@ async def _periodic_jobs(app: web.Application) -> AsyncIterator[None]:
     if not isinstance(queue, InProcessJobQueue):
         yield  # workers run the periodic jobs
         return
-    await resume_in_process(queue)
-    timers = [asyncio.create_task(_every(queue, periodic)) for periodic in PERIODIC_JOBS]
-    try:
+    async with periodic_jobs_in_process(queue, app[appkeys.SETTINGS]):
         yield
-    finally:
-        for timer in timers:
-            timer.cancel()
-        await asyncio.gather(*timers, return_exceptions=True)
-
-
-async def _every(queue: InProcessJobQueue, periodic: Periodic) -> None:
-    if periodic.at_start:
-        await queue.enqueue(periodic.job)
-    while True:
-        await asyncio.sleep(periodic.seconds)
-        await queue.enqueue(periodic.job)
 
 
 async def _rate_limiter(app: web.Application) -> AsyncIterator[None]:
@@ -127,4 +123,6 @@ def create_app(settings: Settings) -> web.Application:
     app.add_routes(secrets.routes)
     app.add_routes(storage.routes)
     app.add_routes(ops.routes)
+    app.add_routes(console.routes)
+    app.add_routes(docs_page.routes)
     return app

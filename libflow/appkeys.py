@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 from libflow.db.fast_reads import FastReads
 from libflow.jobs import JobQueue
 from libflow.library.embeddings.interface import Embedder
-from libflow.library.vectors import VectorIndex
+from libflow.library.vectors import VectorSearch
 from libflow.metrics import HttpMetrics
 from libflow.projects import ApiKeyCache
 from libflow.rate_limits import RateLimiter
@@ -27,7 +27,7 @@ JOBS = web.AppKey("jobs", JobQueue)
 # The hottest reads: inline on SQLite (nothing inline on PostgreSQL).
 READS = web.AppKey("reads", FastReads)
 EMBEDDER = web.AppKey[Embedder | None]("embedder")
-VECTOR_INDEX = web.AppKey("vector_index", VectorIndex)
+VECTOR_INDEX = web.AppKey[VectorSearch]("vector_index")
 HTTP_CLIENT = web.AppKey("http_client", ClientSession)
 API_KEYS = web.AppKey("api_keys", ApiKeyCache)
 RATE_LIMITER = web.AppKey[RateLimiter]("rate_limiter")

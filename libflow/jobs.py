@@ -155,12 +155,24 @@ class InProcessJobQueue:
     """Jobs run as tasks on the server's loop, with arq's retry semantics, in lanes.
 
     Each lane has its own slots (``concurrency`` each, LARGE_FILE_SLOTS for large files), so
-    four large files take one slot of their lane and deliveries and small files go on.
+    four large files take one slot of their lane and deliveries and small files go on. In a
+    group of API processes each runs its own; claims in the database decide which one runs
+    a given delivery, run or file.
     """
 
-    def __init__(self, functions: JobFunctions, context: JobContext, concurrency: int) -> None:
+    def __init__(
+        self,
+        functions: JobFunctions,
+        context: JobContext,
+        concurrency: int,
+        *,
+        sole_runner: bool = True,
+    ) -> None:
         self._functions = functions
         self.context = context
+        # No other process runs jobs on this database (one server, not a group of them):
+        # what no job of this process holds has lost its job, however fresh its lease.
+        self.sole_runner = sole_runner
         self._lanes = {
             Lane.DELIVERIES: asyncio.Semaphore(concurrency),
             Lane.RUNS: asyncio.Semaphore(concurrency),

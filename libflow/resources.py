@@ -30,7 +30,8 @@ from libflow.jobs import (
 )
 from libflow.library.embeddings import open_embedder
 from libflow.library.embeddings.interface import Embedder
-from libflow.library.vectors import VectorIndex
+from libflow.library.pgvector import open_vector_search
+from libflow.library.vectors import VectorSearch
 from libflow.secrets.crypto import box_of, use_secret_box
 from libflow.storage import Storage
 from libflow.storage.factory import open_storage
@@ -53,7 +54,8 @@ class Resources:
     embedder: Embedder | None
     jobs: JobQueue
     http: ClientSession
-    vectors: VectorIndex
+    # pgvector in the database where PostgreSQL has it, else exact search in memory.
+    vectors: VectorSearch
     reads: FastReads
     # Runs' events and cancels: through Redis when configured, else within this process.
     runs: RunControl
@@ -91,6 +93,7 @@ async def open_resources(
         stack.callback(reads.close)
         storage = await stack.enter_async_context(open_storage(settings))
         embedder = await stack.enter_async_context(open_embedder(settings))
+        vectors = await open_vector_search(embedder)
         http = await stack.enter_async_context(
             ClientSession(timeout=ClientTimeout(total=HTTP_TIMEOUT_SECONDS))
         )
@@ -98,7 +101,11 @@ async def open_resources(
         if settings.redis_url:
             redis = Redis.from_url(settings.redis_url, socket_connect_timeout=2)
             stack.push_async_callback(redis.aclose)
-        runs = await stack.enter_async_context(open_run_control(settings.run_lease_seconds, redis))
+        # A group of API processes (--workers) without Redis shares run events in the data dir.
+        group_dir = settings.data_dir if settings.workers > 1 else None
+        runs = await stack.enter_async_context(
+            open_run_control(settings.run_lease_seconds, redis, group_dir)
+        )
         in_process: InProcessJobQueue | None = None
         jobs: JobQueue
         if settings.redis_url:
@@ -107,14 +114,16 @@ async def open_resources(
             if job_functions is None:
                 raise RuntimeError("without LIBFLOW_REDIS_URL jobs run in-process: pass them")
             check_job_functions(job_functions)
-            jobs = in_process = InProcessJobQueue(job_functions, {}, settings.job_concurrency)
+            jobs = in_process = InProcessJobQueue(
+                job_functions, {}, settings.job_concurrency, sole_runner=settings.workers == 1
+            )
         resources = Resources(
             settings=settings,
             storage=storage,
             embedder=embedder,
             jobs=jobs,
             http=http,
-            vectors=VectorIndex(),
+            vectors=vectors,
             reads=reads,
             runs=runs,
             redis=redis,

@@ -2,17 +2,36 @@
 
 Both shapes read ``PERIODIC_JOBS``, so a job cannot run twice an hour on workers and only
 at start-up in the embedded server. An interval divides the minute or the hour, so arq's
-cron fields can express it exactly (``cron_fields``).
+cron fields can express it exactly (``cron_fields``). In a group of API processes
+(``--workers``) the timers run in one of them at a time: the one holding the data dir's
+``PERIODIC_LOCK``, which the kernel lets go of when that process dies.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from pathlib import Path
 
-from libflow.jobs import Job, JobQueue
+from libflow.ids import utcnow
+from libflow.jobs import InProcessJobQueue, Job, JobQueue
 from libflow.models import LibraryFile, ProcessingStatus
+from libflow.supervisor import group_started_at
 from libflow.webhooks.inbox import requeue_pending_deliveries, settle_interrupted_deliveries
+from settings import Settings
+
+logger = logging.getLogger("libflow.schedule")
+
+PERIODIC_LOCK = "periodic-jobs.lock"
+# How often a process of a group that does not run the timers tries to take them over.
+TAKE_OVER_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +77,13 @@ PERIODIC_JOBS: tuple[Periodic, ...] = (
 )
 
 
-async def resume_in_process(jobs: JobQueue) -> None:
+async def resume_in_process(jobs: JobQueue, started: datetime | None = None) -> None:
     """At an embedded server's start: pick up what its last stop interrupted.
 
-    Nothing else runs jobs in that shape, so every file still pending or processing lost
-    its job, and every claimed delivery was cut off by the stop.
+    ``started``: when this server, or its group of API processes, started (default now).
+    Only API processes run jobs in that shape, so every delivery claimed before then was
+    cut off by the stop, and every file still pending or processing may have lost its job
+    (a file another process of the group holds keeps it: its claim is fenced).
     """
     unfinished = LibraryFile.filter(
         finalized_at__isnull=False,
@@ -70,5 +91,94 @@ async def resume_in_process(jobs: JobQueue) -> None:
     )
     for file_id in await unfinished.values_list("id", flat=True):
         await jobs.enqueue(Job.PROCESS_FILE, file_id)
-    await settle_interrupted_deliveries(stale_after=timedelta(0))
+    stale_after = max(utcnow() - (started or utcnow()), timedelta(0))
+    await settle_interrupted_deliveries(stale_after=stale_after)
     await requeue_pending_deliveries(jobs, older_than=timedelta(0))
+
+
+class PeriodicLock:
+    """An exclusive ``flock`` on a file: held by one process of a group at a time."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._fd: int | None = None
+
+    def try_take(self) -> bool:
+        """Take the lock if no other holder has it; True if this one holds it now."""
+        if self._fd is not None:
+            return True
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        """Let another process take it."""
+        if self._fd is not None:
+            os.close(self._fd)  # closing the last descriptor releases the flock
+            self._fd = None
+
+
+@asynccontextmanager
+async def periodic_jobs_in_process(
+    queue: InProcessJobQueue, settings: Settings
+) -> AsyncIterator[None]:
+    """The embedded shape's stand-in for arq cron, for as long as the block runs.
+
+    A server alone runs the timers; in a group, the one holding ``PERIODIC_LOCK`` does, so
+    each job is queued once per tick whatever the number of processes, and another takes
+    over within TAKE_OVER_SECONDS of its death.
+    """
+    await resume_in_process(queue, group_started_at())
+    lock = PeriodicLock(settings.data_dir / PERIODIC_LOCK) if settings.workers > 1 else None
+    # Start-up jobs are queued before the server answers when this process runs the timers
+    # (a caller that waits for the queue to drain then finds them done).
+    holds = lock is None or lock.try_take()
+    if holds:
+        await _queue_start_up_jobs(queue)
+    task = asyncio.create_task(_run_periodic_jobs(queue, lock, holds=holds))
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        if lock is not None:
+            lock.release()
+
+
+async def _queue_start_up_jobs(queue: InProcessJobQueue) -> None:
+    for periodic in PERIODIC_JOBS:
+        if periodic.at_start:
+            await queue.enqueue(periodic.job)
+
+
+async def _run_periodic_jobs(
+    queue: InProcessJobQueue, lock: PeriodicLock | None, *, holds: bool
+) -> None:
+    if not holds:
+        assert lock is not None
+        while True:  # flock has no waiting that the loop could await
+            if lock.try_take():
+                break
+            await asyncio.sleep(TAKE_OVER_SECONDS)
+        logger.info("the periodic jobs run in this process (pid %d)", os.getpid())
+        await _queue_start_up_jobs(queue)
+    timers = [asyncio.create_task(_every(queue, periodic)) for periodic in PERIODIC_JOBS]
+    try:
+        await asyncio.gather(*timers)
+    finally:
+        for timer in timers:
+            timer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*timers, return_exceptions=True)
+
+
+async def _every(queue: InProcessJobQueue, periodic: Periodic) -> None:
+    while True:
+        await asyncio.sleep(periodic.seconds)
+        await queue.enqueue(periodic.job)

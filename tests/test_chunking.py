@@ -1,4 +1,8 @@
-"""libflow.library.processing.chunking: size bound, overlap, whole words, pages and order."""
+"""libflow.library.processing.chunking: size bound, overlap, whole words, pages and order.
+
+These cut by the estimate (keyword-only search); tests/test_passage_sizing.py cuts with the
+embedding model's own tokenizer.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from libflow.library.embeddings.interface import PassageSizing
 from libflow.library.processing.budgets import BudgetExceeded
-from libflow.library.processing.chunking import Chunk, chunk_segments, count_tokens
+from libflow.library.processing.chunking import Chunk, chunk_segments, estimate_tokens
 from libflow.library.processing.extract import Segment, extract_text
 from libflow.library.processing.stored_text import join_passages
 
 FIXTURES = Path(__file__).parent / "fixtures"
+SMALL = PassageSizing(max_tokens=120, overlap_tokens=20)
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +31,7 @@ def hundred_pages() -> list[Segment]:
 @pytest.fixture(scope="module")
 def small_chunks(hundred_pages: list[Segment]) -> list[Chunk]:
     """The 100 pages cut into chunks of 120 tokens with 20 of overlap: several per page."""
-    return chunk_segments(hundred_pages, max_tokens=120, overlap_tokens=20)
+    return chunk_segments(hundred_pages, SMALL)
 
 
 def shared_words(before: Chunk, after: Chunk) -> list[str]:
@@ -47,11 +53,11 @@ def test_blank_segments_are_skipped() -> None:
 
 def test_short_segment_is_one_chunk_with_whitespace_collapsed() -> None:
     segment = Segment("  The zephyr\r\n quokka\t\talignment.  ", 4)
-    assert chunk_segments([segment]) == [Chunk("The zephyr quokka alignment.", 4, 0)]
+    assert chunk_segments([segment]) == [Chunk("The zephyr quokka alignment.", 4, 0, tokens=6)]
 
 
 def test_chunks_stay_within_the_token_budget(small_chunks: list[Chunk]) -> None:
-    assert max(count_tokens(c.text) for c in small_chunks) <= 120
+    assert max(estimate_tokens(c.text) for c in small_chunks) <= 120
 
 
 def test_default_chunks_hold_a_whole_page_of_about_500_tokens(
@@ -59,7 +65,8 @@ def test_default_chunks_hold_a_whole_page_of_about_500_tokens(
 ) -> None:
     chunks = chunk_segments(hundred_pages)
     assert [c.page for c in chunks] == list(range(1, 101))
-    assert all(400 < count_tokens(c.text) <= 500 for c in chunks)
+    assert all(400 < estimate_tokens(c.text) <= 500 for c in chunks)
+    assert [c.tokens for c in chunks] == [estimate_tokens(c.text) for c in chunks]
 
 
 def test_consecutive_chunks_of_a_page_overlap(small_chunks: list[Chunk]) -> None:
@@ -68,7 +75,7 @@ def test_consecutive_chunks_of_a_page_overlap(small_chunks: list[Chunk]) -> None
     for before, after in pairs:
         overlap = shared_words(before, after)
         assert overlap, (before.text, after.text)
-        assert count_tokens(" ".join(overlap)) <= 20
+        assert estimate_tokens(" ".join(overlap)) <= 20
 
 
 def test_chunks_split_only_between_words(
@@ -93,15 +100,15 @@ def test_seq_counts_chunks_across_the_file_in_order(small_chunks: list[Chunk]) -
 
 def test_a_chunk_prefers_to_end_at_a_sentence() -> None:
     sentences = " ".join(f"Sentence number {n} says little." for n in range(40))
-    chunks = chunk_segments([Segment(sentences, None)], max_tokens=50, overlap_tokens=5)
+    chunks = chunk_segments([Segment(sentences, None)], PassageSizing(50, 5))
     assert len(chunks) > 3
     assert all(chunk.text.endswith("little.") for chunk in chunks)
 
 
 def test_overlong_word_is_cut_into_pieces_within_budget() -> None:
     blob = "a1b2c3" * 100  # 100 estimated tokens with no space to break at
-    chunks = chunk_segments([Segment(f"before {blob} after", 2)], max_tokens=30, overlap_tokens=0)
-    assert max(count_tokens(c.text) for c in chunks) <= 30
+    chunks = chunk_segments([Segment(f"before {blob} after", 2)], PassageSizing(30, 0))
+    assert max(estimate_tokens(c.text) for c in chunks) <= 30
     assert "".join(c.text for c in chunks).replace(" ", "") == f"before{blob}after"
     assert all(" " not in c.text for c in chunks[1:-1])
 
@@ -113,44 +120,34 @@ def test_ligatures_are_normalized() -> None:
 
 
 def test_token_estimate_counts_word_pieces() -> None:
-    assert count_tokens("track,") == 2
-    assert count_tokens("alignment") == 2
-    assert count_tokens("日本語") == 3
-    assert count_tokens("The zephyr quokka alignment is on track.") == 9
+    assert estimate_tokens("track,") == 2
+    assert estimate_tokens("alignment") == 2
+    assert estimate_tokens("日本語") == 3
+    assert estimate_tokens("The zephyr quokka alignment is on track.") == 9
 
 
 def test_chunking_is_deterministic(hundred_pages: list[Segment]) -> None:
-    assert chunk_segments(hundred_pages, max_tokens=90) == chunk_segments(
-        hundred_pages, max_tokens=90
-    )
+    sizing = PassageSizing(max_tokens=90)
+    assert chunk_segments(hundred_pages, sizing) == chunk_segments(hundred_pages, sizing)
 
 
 @pytest.mark.parametrize(("max_tokens", "overlap_tokens"), [(0, 0), (50, 50), (50, -1)])
 def test_bad_budgets_are_refused(max_tokens: int, overlap_tokens: int) -> None:
     with pytest.raises(ValueError, match="max_tokens"):
-        chunk_segments(
-            [Segment("text", None)], max_tokens=max_tokens, overlap_tokens=overlap_tokens
-        )
+        PassageSizing(max_tokens=max_tokens, overlap_tokens=overlap_tokens)
 
 
 def test_more_chunks_than_the_budget_stop_at_the_first_one_over(
     hundred_pages: list[Segment], small_chunks: list[Chunk]
 ) -> None:
     with pytest.raises(BudgetExceeded, match=f"more than {len(small_chunks) - 1:,} passages"):
-        chunk_segments(
-            hundred_pages, max_tokens=120, overlap_tokens=20, max_chunks=len(small_chunks) - 1
-        )
-    assert (
-        chunk_segments(
-            hundred_pages, max_tokens=120, overlap_tokens=20, max_chunks=len(small_chunks)
-        )
-        == small_chunks
-    )
+        chunk_segments(hundred_pages, SMALL, max_chunks=len(small_chunks) - 1)
+    assert chunk_segments(hundred_pages, SMALL, max_chunks=len(small_chunks)) == small_chunks
 
 
 def test_the_passages_of_a_text_join_back_into_it(hundred_pages: list[Segment]) -> None:
     # What library_file_text answers for a file processed before its text was stored.
-    chunks = chunk_segments(hundred_pages, max_tokens=120, overlap_tokens=20)
+    chunks = chunk_segments(hundred_pages, SMALL)
     joined = join_passages([(chunk.text, chunk.page) for chunk in chunks])
     pages = [" ".join(segment.text.split()) for segment in hundred_pages if segment.text.strip()]
     assert joined.split("\n\n") == [unicodedata.normalize("NFKC", page) for page in pages]

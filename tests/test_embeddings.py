@@ -16,13 +16,15 @@ from aiohttp.test_utils import unused_port
 
 from libflow.library.embeddings import open_embedder
 from libflow.library.embeddings.interface import EmbeddingError, Vectors
-from libflow.library.embeddings.local import LocalEmbedder
+from libflow.library.embeddings.local import LocalBackend, LocalEmbedder
+from libflow.library.embeddings.onnx_export import exported_model
 from libflow.library.embeddings.openai import OpenAIEmbedder
 from settings import Settings, SettingsError
 from tests import openai_server as fake_openai_api
 from tests.openai_server import DIMENSIONS, OpenAIServer, hashed_embedding
 
 ROOT = Path(__file__).resolve().parent.parent
+README_TEXT = (ROOT / "README.md").read_text(encoding="utf-8")
 # The fixture, bound by assignment: an imported name that parameters shadow trips ruff's F811.
 openai_server = fake_openai_api.openai_server
 
@@ -127,6 +129,73 @@ async def test_more_texts_than_a_batch_come_back_in_order() -> None:
     one_by_one = np.concatenate([await embedder.embed([t]) for t in texts])
     assert together.shape == (10, 384)
     assert np.allclose(together, one_by_one, atol=1e-5)
+
+
+@pytest.mark.usefixtures("semantic_search")
+@pytest.mark.parametrize("backend", ["onnx", "onnx-int8"])
+async def test_texts_of_many_lengths_come_back_in_order_from_onnx_runtime(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    # Sorted by length inside (less padding), put back in order outside.
+    embedder = await LocalEmbedder.open(backend=backend, batch_size=3, cache_dir=tmp_path)
+    texts = [("word " * (7 * i % 40)) + f"passage {i}" for i in range(10)]
+    together = await embedder.embed(texts)
+    one_by_one = np.concatenate([await embedder.embed([t]) for t in texts])
+    assert together.shape == (10, 384)
+    # int8 activations are scaled per batch: a text's batch-mates move its vector a little.
+    closest = 0.999_99 if backend == "onnx" else 0.99
+    assert np.min(np.sum(together * one_by_one, axis=1)) > closest
+
+
+@pytest.mark.usefixtures("semantic_search")
+async def test_onnx_runtime_gives_the_vectors_of_pytorch(tmp_path: Path) -> None:
+    torch_embedder = await LocalEmbedder.open(backend="torch")
+    onnx_embedder = await LocalEmbedder.open(backend="onnx", cache_dir=tmp_path)
+    texts = [README_TEXT[i : i + 600] for i in range(0, 6_000, 600)]
+    expected, got = await torch_embedder.embed(texts), await onnx_embedder.embed(texts)
+    assert np.min(np.sum(expected * got, axis=1)) > 0.9999
+    # One vector space: the same name, so nothing is embedded again on a change of backend.
+    assert onnx_embedder.name == torch_embedder.name == "local:all-MiniLM-L6-v2"
+    assert unit_rows(got)
+
+
+@pytest.mark.usefixtures("semantic_search")
+async def test_int8_vectors_are_close_but_a_space_of_their_own(tmp_path: Path) -> None:
+    fp32 = await LocalEmbedder.open(backend="onnx", cache_dir=tmp_path)
+    int8 = await LocalEmbedder.open(backend="onnx-int8", cache_dir=tmp_path)
+    texts = [README_TEXT[i : i + 600] for i in range(0, 6_000, 600)]
+    cosines = np.sum(await fp32.embed(texts) * await int8.embed(texts), axis=1)
+    assert np.min(cosines) > 0.97
+    assert int8.name == "local:all-MiniLM-L6-v2+int8"
+
+
+@pytest.mark.usefixtures("semantic_search")
+def test_the_onnx_export_is_written_once_into_the_cache_dir(tmp_path: Path) -> None:
+    model = LocalEmbedder(backend="torch").model
+    path = exported_model(model, tmp_path, int8=True)
+    exported = sorted(p.name for p in tmp_path.glob("*.onnx"))
+    assert len(exported) == 2 and exported[0] == path.name and path.name.endswith(".int8.onnx")
+    stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("*.onnx")}
+    # The next start finds the files and exports nothing; no temporary file is left over.
+    assert exported_model(model, tmp_path, int8=True) == path
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("*.onnx")} == stamps
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.usefixtures("semantic_search")
+async def test_the_passage_sizing_is_the_models_tokenizer_and_limit(tmp_path: Path) -> None:
+    embedder = await LocalEmbedder.open(backend="torch", cache_dir=tmp_path)
+    sizing = embedder.passage_sizing
+    assert (sizing.max_tokens, sizing.overlap_tokens) == (256, 25)
+    assert sizing.tokenizer is not None and Path(sizing.tokenizer).parent == tmp_path
+    from tokenizers import Tokenizer
+
+    # The chunker counts with what the model tokenizes with, special tokens included.
+    text = README_TEXT[:800]
+    assert (
+        Tokenizer.from_file(sizing.tokenizer).encode(text).ids
+        == (embedder.model.tokenizer(text)["input_ids"])
+    )
 
 
 @pytest.mark.usefixtures("semantic_search")
@@ -261,10 +330,42 @@ async def test_embedder_openai_uses_the_configured_api(openai_server: OpenAIServ
 
 
 @pytest.mark.usefixtures("semantic_search")
-async def test_embedder_local_is_the_default() -> None:
-    async with open_embedder(Settings()) as embedder:
+async def test_embedder_local_is_the_default(tmp_path: Path) -> None:
+    async with open_embedder(Settings(data_dir=tmp_path)) as embedder:
         assert isinstance(embedder, LocalEmbedder)
-        assert (embedder.name, embedder.dimensions) == ("local:all-MiniLM-L6-v2", 384)
+        assert (embedder.name, embedder.dimensions) == ("local:all-MiniLM-L6-v2+int8", 384)
+        assert (embedder.backend, embedder.batch_size) == ("onnx-int8", 16)
+
+
+@pytest.mark.usefixtures("semantic_search")
+async def test_embedding_backend_threads_and_batch_come_from_settings(tmp_path: Path) -> None:
+    settings = Settings(
+        data_dir=tmp_path,
+        embedding_backend="onnx",
+        embedding_threads=1,
+        embedding_batch_size=8,
+    )
+    async with open_embedder(settings) as embedder:
+        assert isinstance(embedder, LocalEmbedder)
+        assert (embedder.backend, embedder.threads, embedder.batch_size) == ("onnx", 1, 8)
+        assert embedder.name == "local:all-MiniLM-L6-v2"
+    # The export is kept in the data dir for the next start.
+    assert list((tmp_path / "models").glob("*.onnx"))
+
+
+@pytest.mark.usefixtures("semantic_search")
+async def test_without_onnx_runtime_the_local_model_runs_on_pytorch(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    # Threads no other test asks for: a session already open in this process is reused.
+    settings = Settings(data_dir=tmp_path, embedding_backend="onnx", embedding_threads=7)
+    with caplog.at_level(logging.WARNING, "libflow.embeddings"):
+        async with open_embedder(settings) as embedder:
+            assert isinstance(embedder, LocalEmbedder)
+            assert embedder.backend == "torch"
+            assert embedder.name == "local:all-MiniLM-L6-v2"
+    assert "embedding with PyTorch instead" in caplog.text
 
 
 async def test_without_the_semantic_extra_search_is_keyword_only(

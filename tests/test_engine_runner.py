@@ -37,7 +37,7 @@ class Library:
     def __init__(self) -> None:
         self.searches: list[tuple[str, int]] = []
 
-    async def search(self, query: str, limit: int) -> list[dict[str, Any]]:
+    async def search(self, query: str, limit: int, **options: Any) -> list[dict[str, Any]]:
         self.searches.append((query, limit))
         return [{"fileId": "f1", "name": "notes.txt", "text": f"about {query}"}][:limit]
 

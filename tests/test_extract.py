@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import codecs
+import datetime
 import tracemalloc
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from libflow.library.processing import ocr, spreadsheet
 from libflow.library.processing.budgets import (
+    MAX_HTML_TAGS,
     MAX_PAGES,
     MAX_TEXT_CHARS,
     MAX_XML_BYTES,
@@ -36,8 +40,18 @@ from tests.hostile.hostile_files import (
     paragraphs,
     pptx_listing_slides,
 )
+from tests.made_files import SHEET_XML, sheet_xml, workbook_bytes, workbook_with
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture
+def without_ocr(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process reads as it would without the `ocr` extra installed."""
+    monkeypatch.setattr(ocr, "ENGINE_MODULE", "libflow_no_such_ocr_module")
+    ocr.ocr_engine.cache_clear()
+    yield
+    ocr.ocr_engine.cache_clear()
 
 
 def extract(name: str, file_type: str | None = None) -> Extraction:
@@ -223,7 +237,7 @@ def test_control_characters_are_dropped(tmp_path: Path) -> None:
 
 def test_unknown_file_type_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="no text extractor"):
-        extract("pages.pdf", "png")
+        extract("pages.pdf", "exe")
 
 
 def test_utf8_bom_is_dropped() -> None:
@@ -302,7 +316,8 @@ def test_a_pptx_over_the_slide_budget_is_refused_before_its_slides_are_read(
         extract_text(deck, "pptx")
 
 
-def test_a_pdf_at_the_page_budget_is_read(tmp_path: Path) -> None:
+def test_a_pdf_at_the_page_budget_is_read(tmp_path: Path, without_ocr: None) -> None:
+    # Without OCR: with it, 10,000 pages without text are over the OCR budget (test_ocr.py).
     pdf = write(tmp_path, "pages.pdf", blank_pdf(MAX_PAGES))
     assert extract_text(pdf, "pdf").pages == MAX_PAGES
 
@@ -315,3 +330,153 @@ def test_a_package_of_more_entries_than_the_budget_is_refused(tmp_path: Path) ->
             package.writestr(f"word/part{n}.xml", entry)
     with pytest.raises(ExtractionError, match=f"more than {MAX_ZIP_ENTRIES} entries"):
         extract_text(path, "docx")
+
+
+# --- md, html and xlsx -------------------------------------------------------------------------
+
+
+def test_markdown_is_read_as_text(tmp_path: Path) -> None:
+    source = "# Field notes\n\nThe *lilac narwhal* sings.\n\n- one\n- two\n"
+    path = write(tmp_path, "notes.md", source.encode())
+    assert extract_text(path, "md") == Extraction([Segment(source, None)], None)
+
+
+HTML_PAGE = """<!doctype html>
+<html><head><title>Harbour report</title>
+<style>p { color: red } .secret-style-rule {}</style>
+<script>var secretScriptToken = 1;</script></head>
+<body><nav><a href="/">Home</a></nav>
+<h1>Tides of the <em>north</em></h1>
+<p>The copper hero<b>n</b> waits at dawn.<br>Second line here.</p>
+<noscript>enable scripts please</noscript>
+<table><tr><th>Boat</th><th>Crew</th></tr><tr><td>Gannet</td><td>4</td></tr></table>
+<ul><li>first item</li><li>second item</li></ul>
+<template><p>template text never shown</p></template>
+</body></html>"""
+
+
+def test_html_gives_the_title_and_the_visible_text_a_line_per_block(tmp_path: Path) -> None:
+    [segment] = extract_text(write(tmp_path, "page.html", HTML_PAGE.encode()), "html").segments
+    assert segment.page is None
+    assert segment.text.splitlines() == [
+        "Harbour report",
+        "Home",
+        "Tides of the north",
+        "The copper heron waits at dawn.",
+        "Second line here.",
+        "Boat Crew",
+        "Gannet 4",
+        "first item",
+        "second item",
+    ]
+
+
+def test_html_drops_scripts_styles_and_what_is_never_shown(tmp_path: Path) -> None:
+    text = extract_text(write(tmp_path, "page.html", HTML_PAGE.encode()), "html").segments[0].text
+    for hidden in ("secretScriptToken", "secret-style-rule", "enable scripts", "template text"):
+        assert hidden not in text
+
+
+def test_html_honours_its_declared_charset(tmp_path: Path) -> None:
+    page = '<meta charset="windows-1251"><p>Привет мир, как дела?</p>'.encode("cp1251")
+    assert extract_text(write(tmp_path, "ru.html", page), "html").segments[0].text == (
+        "Привет мир, как дела?"
+    )
+
+
+def test_html_without_a_charset_is_detected_like_text(tmp_path: Path) -> None:
+    page = "<p>Le café naïve coûte €100.</p>".encode("cp1252")
+    assert extract_text(write(tmp_path, "fr.html", page), "html").segments[0].text == (
+        "Le café naïve coûte €100."
+    )
+
+
+def test_html_over_the_tag_budget_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    page = write(tmp_path, "many.html", b"<i>" * (MAX_HTML_TAGS + 1))
+    with pytest.raises(BudgetExceeded, match=f"the html has more than {MAX_HTML_TAGS:,} tags"):
+        extract_text(page, "html")
+
+
+WORKBOOK = {
+    "Budget 2026": [
+        ["Item", "Amount", "Due"],
+        ["ochre kettle", 42.0, datetime.datetime(2026, 3, 1)],
+        [],
+        ["walrus fund", 3.25, None, None],
+        [None, True],
+    ],
+    "Notes": [["crimson ledger remark"]],
+}
+
+
+def test_xlsx_gives_a_segment_per_sheet_named_after_it(tmp_path: Path) -> None:
+    result = extract_text(write(tmp_path, "book.xlsx", workbook_bytes(WORKBOOK)), "xlsx")
+    assert result.pages == 2
+    assert [(s.page, s.page_name) for s in result.segments] == [(1, "Budget 2026"), (2, "Notes")]
+    assert result.segments[1].text == "crimson ledger remark"
+
+
+def test_xlsx_rows_read_as_lines_of_cells(tmp_path: Path) -> None:
+    result = extract_text(write(tmp_path, "book.xlsx", workbook_bytes(WORKBOOK)), "xlsx")
+    assert result.segments[0].text.splitlines() == [
+        "Item | Amount | Due",
+        "ochre kettle | 42 | 2026-03-01",
+        "walrus fund | 3.25",
+        " | TRUE",
+    ]
+
+
+def test_xlsx_with_only_empty_sheets_gives_empty_segments(tmp_path: Path) -> None:
+    result = extract_text(write(tmp_path, "empty.xlsx", workbook_bytes({"Empty": []})), "xlsx")
+    assert result.segments == [Segment("", 1, page_name="Empty")]
+
+
+def test_a_docx_is_not_an_xlsx() -> None:
+    with pytest.raises(ExtractionError, match=r"^not a valid xlsx file$"):
+        extract("report.docx", "xlsx")
+
+
+def test_a_damaged_xlsx_is_not_a_valid_xlsx(tmp_path: Path) -> None:
+    broken = workbook_with(SHEET_XML, [b"<worksheet><sheetData><row r='x'>"])
+    with pytest.raises(ExtractionError, match=r"^not a valid xlsx file$"):
+        extract_text(write(tmp_path, "broken.xlsx", broken), "xlsx")
+
+
+def test_an_xlsx_zip_bomb_is_refused_while_inflating(tmp_path: Path) -> None:
+    bomb = write(tmp_path, "bomb.xlsx", workbook_with(SHEET_XML, paragraphs(6 * MAX_XML_TAGS)))
+    with pytest.raises(ExtractionError, match=f"its XML holds more than {MAX_XML_TAGS:,} tags"):
+        extract_text(bomb, "xlsx")
+
+
+@pytest.mark.parametrize("codec", ["utf-8", "utf-16"])
+def test_an_xlsx_declaring_entities_is_refused(tmp_path: Path, codec: str) -> None:
+    laughs = b'<!DOCTYPE worksheet [<!ENTITY a "ha"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;">]>\n'
+    xml = sheet_xml('<row r="1"><c r="A1" t="inlineStr"><is><t>&b;</t></is></c></row>', laughs)
+    part = xml.decode().replace('encoding="UTF-8"', f'encoding="{codec.upper()}"').encode(codec)
+    path = write(tmp_path, "laughs.xlsx", workbook_with(SHEET_XML, [part]))
+    with pytest.raises(
+        ExtractionError, match=r"^not a valid xlsx file: its XML declares a DOCTYPE"
+    ):
+        extract_text(path, "xlsx")
+
+
+def test_xlsx_padding_counts_against_the_cell_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One cell at the last column, then one a million rows down: openpyxl yields 16,384
+    # cells for the first row and a million empty rows for the gap.
+    monkeypatch.setattr(spreadsheet, "MAX_SPREADSHEET_CELLS", 100_000)
+    rows = (
+        '<row r="1"><c r="XFD1"><v>1</v></c></row>'
+        '<row r="1048576"><c r="A1048576"><v>2</v></c></row>'
+    )
+    path = write(tmp_path, "padded.xlsx", workbook_with(SHEET_XML, [sheet_xml(rows)]))
+    with pytest.raises(BudgetExceeded, match="the xlsx has more than 100,000 cells"):
+        extract_text(path, "xlsx")
+
+
+def test_xlsx_ignores_a_declared_size_its_rows_do_not_have(tmp_path: Path) -> None:
+    xml = sheet_xml('<row r="1"><c r="A1" t="inlineStr"><is><t>lone cell</t></is></c></row>')
+    lying = xml.replace(b"<sheetData>", b'<dimension ref="A1:XFD1048576"/><sheetData>')
+    path = write(tmp_path, "lying.xlsx", workbook_with(SHEET_XML, [lying]))
+    assert extract_text(path, "xlsx").segments[0].text == "lone cell"

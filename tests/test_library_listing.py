@@ -37,6 +37,7 @@ DETAIL_FIELDS = LIST_FIELDS | {
     "searchable",
     "thumbnail",
     "sha256",
+    "metadata",
     "processing",
 }
 ISO_Z = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")

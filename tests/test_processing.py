@@ -263,7 +263,7 @@ class StoredVectorEmbedder:
         self.name = name
         self.vector = vector
 
-    async def embed(self, texts: Sequence[str]) -> Vector:
+    async def embed(self, texts: Sequence[str], *, truncate: bool = False) -> Vector:
         """The stored vector for each text."""
         return np.stack([self.vector] * len(texts))
 
@@ -288,7 +288,7 @@ async def test_vectors_of_another_embedder_are_never_searched(api: Api) -> None:
             api.project_id,
             "unrelated words",
             limit=10,
-            folder=None,
+            where=PassageFilter(),
             embedder=embedder,
             vectors=index,
         )

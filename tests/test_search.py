@@ -20,6 +20,12 @@ from tests.conftest import (
 from tests.library_helpers import assert_error
 
 
+@pytest.fixture
+def shaped_api(search_api: Api) -> Api:
+    """Search runs on each deployment shape and on pgvector's (vectors searched in SQL)."""
+    return search_api
+
+
 async def search(api: Api, q: str, **params: Any) -> list[dict[str, Any]]:
     response = await api.call("GET", "/search", params={"q": q, **params})
     assert response.status == 200, await response.text()

@@ -20,8 +20,8 @@ async def process_file(ctx: dict[str, Any], file_id: str) -> None:
         storage=resources.storage,
         embedder=resources.embedder,
         job_try=int(ctx.get("job_try", 1)),
-        # In-process jobs: this server is the only process that runs any.
-        sole_runner=isinstance(resources.jobs, InProcessJobQueue),
+        # In-process jobs of a server alone (not one of a group): no other process runs any.
+        sole_runner=isinstance(resources.jobs, InProcessJobQueue) and resources.jobs.sole_runner,
     )
 
 

@@ -11,7 +11,13 @@ from libflow.errors import Forbidden, RateLimited, Unauthorized
 from libflow.projects import Caller
 
 API_PREFIX = "/api/publicv1"
-PUBLIC_PATHS = frozenset({f"{API_PREFIX}/openapi.json"})
+PUBLIC_PATHS = frozenset(
+    {
+        f"{API_PREFIX}/openapi.json",
+        f"{API_PREFIX}/docs",
+        f"{API_PREFIX}/workflow-definition.schema.json",
+    }
+)
 
 
 CALLER = web.RequestKey[Caller]("caller")

@@ -5,12 +5,29 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, TypeVar
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StringConstraints,
+    ValidationError,
+    WithJsonSchema,
+)
 
 from libflow import json_text
 from libflow.api.errors import unreadable_body
 from libflow.errors import InvalidJson, ValidationFailed
 from libflow.json_text import UNSTORABLE_PROBLEM, holds_unstorable, may_hold_unstorable
+from libflow.library.metadata import (
+    MAX_FILTER_VALUES,
+    MAX_METADATA_KEYS,
+    MAX_METADATA_STRING,
+    MAX_SAFE_INTEGER,
+    METADATA_KEY,
+    filter_values,
+    metadata_value,
+)
 
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=255)]
 # The workflows table holds 200 characters of a name: refuse more here, not in the ORM (a 500).
@@ -33,12 +50,78 @@ class CreateFolderBody(Body):
     parent: Id = "root"
 
 
+# A file's metadata and search filters on it: checked by libflow.library.metadata's rules.
+MetadataKey = Annotated[str, StringConstraints(pattern=METADATA_KEY)]
+_METADATA_VALUE_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {"type": "string", "maxLength": MAX_METADATA_STRING},
+        {"type": "integer", "minimum": -MAX_SAFE_INTEGER, "maximum": MAX_SAFE_INTEGER},
+        {"type": "number"},
+        {"type": "boolean"},
+    ]
+}
+MetadataValue = Annotated[
+    str | int | float | bool,
+    PlainValidator(metadata_value),
+    WithJsonSchema(_METADATA_VALUE_SCHEMA),
+]
+Metadata = Annotated[dict[MetadataKey, MetadataValue], Field(max_length=MAX_METADATA_KEYS)]
+
+
 class CreateFileBody(Body):
     """``POST .../library/files`` (operation 2 of the spec)."""
 
     originalname: Name
     fileType: Annotated[str, StringConstraints(min_length=1, max_length=16)]
     dir: Id
+    metadata: Metadata | None = None
+
+
+class UpdateFileBody(Body):
+    """``PATCH .../library/files/:fileId``: what is given changes; metadata is replaced whole."""
+
+    name: Name | None = None
+    dir: Id | None = None
+    metadata: Metadata | None = None
+
+
+# A search filter: per metadata key, one value or {"in": [values]} (any of them).
+FilterValues = Annotated[
+    tuple[str | int | float | bool, ...],
+    PlainValidator(filter_values),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                *_METADATA_VALUE_SCHEMA["anyOf"],
+                {
+                    "type": "object",
+                    "required": ["in"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "in": {
+                            "type": "array",
+                            "minItems": 1,
+                            "maxItems": MAX_FILTER_VALUES,
+                            "items": _METADATA_VALUE_SCHEMA,
+                        }
+                    },
+                },
+            ]
+        }
+    ),
+]
+
+Filter = Annotated[dict[MetadataKey, FilterValues], Field(max_length=MAX_METADATA_KEYS)]
+
+
+class SearchBody(Body):
+    """``POST .../library/search``."""
+
+    query: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]
+    limit: Annotated[int, Field(ge=1, le=100)] = 10
+    dir: Id | None = None
+    filter: Filter = Field(default_factory=dict)
+    mode: Literal["hybrid", "keyword", "semantic"] = "hybrid"
 
 
 class FinalizeBody(Body):

@@ -12,18 +12,22 @@ from libflow.api.bodies import (
     CreateFileBody,
     CreateFolderBody,
     FinalizeBody,
+    SearchBody,
+    UpdateFileBody,
     parse_body,
     query_limit,
 )
 from libflow.api.render import file_detail_json, file_json, folder_json
 from libflow.errors import ValidationFailed
 from libflow.ids import iso
-from libflow.library import files, folders, search
+from libflow.library import file_changes, files, folders, passages, search
+from libflow.library.vectors import PassageFilter
 
 routes = web.RouteTableDef()
 PREFIX = "/api/publicv1/projects/{projectId}/library"
 MAX_PAGE = 1000
 MAX_SEARCH_RESULTS = 100
+DEFAULT_CHUNK_PAGE = 100
 
 
 def _project(request: web.Request) -> str:
@@ -61,6 +65,7 @@ async def create_file(request: web.Request) -> web.Response:
         uploader_name=caller.name,
         uploader_email=caller.email,
         url_ttl=settings.upload_url_ttl_seconds,
+        metadata=body.metadata,
     )
     return web.json_response(
         {
@@ -102,9 +107,14 @@ async def list_files(request: web.Request) -> web.Response:
         query = {"limit": str(limit), "cursor": next_cursor}
         if folder_id is not None:
             query["dir"] = folder_id
-        base = request.app[appkeys.SETTINGS].resolved_public_base_url
-        response.headers["Link"] = f'<{base}{request.path}?{urlencode(query)}>; rel="next"'
+        _link_next(request, response, query)
     return response
+
+
+def _link_next(request: web.Request, response: web.Response, query: dict[str, str]) -> None:
+    """The ``Link: <...>; rel="next"`` header of a list answer with a next page."""
+    base = request.app[appkeys.SETTINGS].resolved_public_base_url
+    response.headers["Link"] = f'<{base}{request.path}?{urlencode(query)}>; rel="next"'
 
 
 @routes.get(f"{PREFIX}/files/{{fileId}}")
@@ -114,6 +124,45 @@ async def get_file(request: web.Request) -> web.Response:
         request.app[appkeys.READS], _project(request), request.match_info["fileId"]
     )
     return web.json_response(file_detail_json(file))
+
+
+@routes.patch(f"{PREFIX}/files/{{fileId}}")
+async def update_file(request: web.Request) -> web.Response:
+    """Rename, move or relabel a file; the search index follows before the answer."""
+    body = await parse_body(request, UpdateFileBody)
+    file = await file_changes.update_file(
+        _project(request),
+        request.match_info["fileId"],
+        name=body.name,
+        folder_id=body.dir,
+        metadata=body.metadata,
+    )
+    return web.json_response(file_detail_json(file))
+
+
+@routes.get(f"{PREFIX}/files/{{fileId}}/chunks")
+async def list_chunks(request: web.Request) -> web.Response:
+    """The file's passages as indexed, in file order; a Link header points at the next page."""
+    limit = query_limit(request, default=DEFAULT_CHUNK_PAGE, maximum=MAX_PAGE)
+    page, next_cursor = await passages.list_passages(
+        _project(request),
+        request.match_info["fileId"],
+        limit=limit,
+        cursor=request.query.get("cursor"),
+    )
+    response = web.json_response(page)
+    if next_cursor is not None:
+        _link_next(request, response, {"limit": str(limit), "cursor": next_cursor})
+    return response
+
+
+@routes.post(f"{PREFIX}/files/{{fileId}}/reprocess")
+async def reprocess_file(request: web.Request) -> web.Response:
+    """Queue the file's processing again: 202 with the record (``updating`` until done)."""
+    file = await file_changes.reprocess_file(
+        request.app[appkeys.JOBS], _project(request), request.match_info["fileId"]
+    )
+    return web.json_response(file_detail_json(file), status=202)
 
 
 @routes.delete(f"{PREFIX}/files/{{fileId}}")
@@ -164,16 +213,35 @@ async def search_library(request: web.Request) -> web.Response:
             details=[{"field": "q", "problem": "missing or empty"}],
         )
     limit = query_limit(request, default=10, maximum=MAX_SEARCH_RESULTS)
+    hits = await _search(request, query, limit, PassageFilter(request.query.get("dir") or None))
+    return web.json_response([hit.to_json() for hit in hits])
+
+
+@routes.post(f"{PREFIX}/search")
+async def search_library_filtered(request: web.Request) -> web.Response:
+    """Search with metadata filters and a mode; each hit carries its file's metadata."""
+    body = await parse_body(request, SearchBody)
+    where = PassageFilter(body.dir, dict(body.filter))
+    hits = await _search(request, body.query, body.limit, where, search.SearchMode(body.mode))
+    return web.json_response([hit.to_json(with_metadata=True) for hit in hits])
+
+
+async def _search(
+    request: web.Request,
+    query: str,
+    limit: int,
+    where: PassageFilter,
+    mode: search.SearchMode = search.SearchMode.HYBRID,
+) -> list[search.SearchHit]:
     project_id = _project(request)
-    folder = request.query.get("dir") or None
-    if folder is not None:
-        await folders.find_folder(project_id, folder)
-    hits = await search.search(
+    if where.folder is not None:
+        await folders.find_folder(project_id, where.folder)
+    return await search.search(
         project_id,
         query,
         limit=limit,
-        folder=folder,
+        where=where,
+        mode=mode,
         embedder=request.app[appkeys.EMBEDDER],
         vectors=request.app[appkeys.VECTOR_INDEX],
     )
-    return web.json_response([hit.to_json() for hit in hits])

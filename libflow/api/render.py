@@ -44,11 +44,14 @@ def file_detail_json(file: LibraryFile) -> dict[str, Any]:
         "searchable": file.indexed and not file.prevent_search,
         "thumbnail": file.thumbnail_key is not None,
         "sha256": file.sha256,
+        "metadata": file.metadata or {},
         "processing": {
             "status": str(file.status),
             "error": file.error,
             "steps": file.steps,
             "pages": file.pages,
             "chunks": file.chunks,
+            "ocrPages": file.ocr_pages,
+            "warning": file.warning,
         },
     }

@@ -14,20 +14,28 @@ from tortoise.migrations.executor import MigrationExecutor
 APP_LABEL = "models"
 # Any constant works: it only has to be the same in every libflow process.
 _MIGRATION_LOCK_ID = 0x6C6962666C6F77
+# Far longer than any transaction of libflow holds the lock (milliseconds).
+SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
 def tortoise_config(database_url: str) -> dict[str, Any]:
     """The Tortoise config for one database URL, with libflow's models and migrations."""
     if database_url.startswith("sqlite://"):
         path = database_url[len("sqlite://") :]
-        if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
         connection: str | dict[str, Any] = {
-            "engine": "tortoise.backends.sqlite",
+            # Transactions take the write lock as they begin: several API processes
+            # (--workers) write the file (libflow.db.sqlite_engine says why).
+            "engine": "libflow.db.sqlite_engine",
             # WAL lets readers go on while the job runner writes. synchronous stays at
             # SQLite's FULL: every commit is fsynced, so what the API acknowledged
             # survives a power cut (NORMAL would be faster and only crash-safe).
-            "credentials": {"file_path": path, "journal_mode": "WAL", "journal_size_limit": 16384},
+            # busy_timeout: how long a writer waits for another process's transaction.
+            "credentials": {
+                "file_path": path,
+                "journal_mode": "WAL",
+                "journal_size_limit": 16384,
+                "busy_timeout": SQLITE_BUSY_TIMEOUT_MS,
+            },
         }
     else:
         connection = database_url
@@ -68,6 +76,11 @@ async def migrate(ctx: TortoiseContext, config: dict[str, Any]) -> None:
 @asynccontextmanager
 async def open_database(database_url: str) -> AsyncIterator[TortoiseContext]:
     """Connect, migrate, and close through the context Tortoise returns."""
+    # Here, not in tortoise_config: building TORTOISE_ORM at import made ./data wherever
+    # a libflow module was imported (the CLI in any directory).
+    sqlite_path = database_url.removeprefix("sqlite://")
+    if database_url.startswith("sqlite://") and sqlite_path != ":memory:":
+        Path(sqlite_path).parent.mkdir(parents=True, exist_ok=True)
     config = tortoise_config(database_url)
     ctx = await Tortoise.init(config=config, _create_db=False)
     try:

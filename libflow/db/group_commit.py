@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import sqlite3
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -33,6 +35,10 @@ T = TypeVar("T")
 # of a batch are inserted with one statement per model rather than one per row.
 Write = Callable[[BaseDBAsyncClient], Awaitable[Any]] | Model
 MAX_BATCH = 256
+# A batch that finds SQLite locked by another process (past its busy_timeout) is tried again.
+SQLITE_BUSY_TRIES = 5
+SQLITE_BUSY_BACKOFF_SECONDS = 0.05
+_BUSY_MESSAGES = re.compile(r"database is locked|database table is locked|database is busy")
 
 
 class GroupCommit:
@@ -88,12 +94,16 @@ async def _commit_batch(batch: list[tuple[Write, asyncio.Future[Any]]]) -> None:
     for write, _ in batch:
         if isinstance(write, Model):
             rows.setdefault(type(write), []).append(write)
-    try:
+
+    async def commit() -> list[Any]:
         async with in_transaction() as connection:
             # Rows first: a callable of the batch may refer to them, never the reverse.
             for model, models in rows.items():
                 await model.bulk_create(models, using_db=connection)
-            results = [await _run(write, connection) for write, _ in batch]
+            return [await _run(write, connection) for write, _ in batch]
+
+    try:
+        results = await _retried_while_busy(commit)
     except Exception as err:
         failure = err
     else:
@@ -124,17 +134,50 @@ async def _run(write: Write, connection: BaseDBAsyncClient) -> Any:
 
 
 async def _commit_alone(write: Write, future: asyncio.Future[Any]) -> None:
-    try:
+    async def commit() -> Any:
         async with in_transaction() as connection:
             if isinstance(write, Model):
                 await write.save(using_db=connection, force_create=True)
-            result = await _run(write, connection)
+            return await _run(write, connection)
+
+    try:
+        result = await _retried_while_busy(commit)
     except Exception as err:
         if not future.done():
             future.set_exception(err)
         return
     if not future.done():
         future.set_result(result)
+
+
+async def _retried_while_busy(commit: Callable[[], Awaitable[T]]) -> T:
+    """``commit()``, again while SQLite says another process holds its write lock.
+
+    Each transaction waits busy_timeout for the lock as it begins; should one still find
+    the database locked, it committed nothing (SQLite refuses before any write), and is
+    run again rather than answered with an error.
+    """
+    for attempt in range(1, SQLITE_BUSY_TRIES + 1):
+        try:
+            return await commit()
+        except Exception as err:
+            if attempt == SQLITE_BUSY_TRIES or not _sqlite_busy(err):
+                raise
+            logger.warning("the database was locked (try %d): writing again", attempt)
+            await asyncio.sleep(SQLITE_BUSY_BACKOFF_SECONDS * attempt)
+    raise AssertionError("unreachable")
+
+
+def _sqlite_busy(err: BaseException) -> bool:
+    """Whether ``err`` is, or was raised for, SQLite's SQLITE_BUSY ("database is locked")."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, sqlite3.OperationalError) and _BUSY_MESSAGES.search(str(current)):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 _GROUPS: weakref.WeakKeyDictionary[BaseDBAsyncClient, GroupCommit] = weakref.WeakKeyDictionary()

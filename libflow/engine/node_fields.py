@@ -19,6 +19,7 @@ from libflow.engine.expressions import check_syntax, count_tokens, has_expressio
 from libflow.engine.javascript import source_problem
 
 HTTP_METHODS: Final = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+SEARCH_MODES: Final = ("hybrid", "keyword", "semantic")
 _ABSENT: Final = object()
 
 Check = Callable[[Any], str | None]
@@ -125,6 +126,10 @@ NODE_FIELDS: Final[Mapping[str, Mapping[str, FieldSpec]]] = {
     "library_search": {
         "query": FieldSpec(_STRING, required=True, templated=True),
         "limit": FieldSpec(("integer",), default=10, templated=True, check=_between(1, 100)),
+        # As POST .../library/search's: checked when the node runs (NODE_FAILED).
+        "dir": FieldSpec(_STRING, default=None, templated=True),
+        "filter": FieldSpec(("object",), default=None, templated=True),
+        "mode": FieldSpec(_STRING, default="hybrid", check=_one_of(*SEARCH_MODES)),
     },
     "library_file_text": {"fileId": FieldSpec(_STRING, required=True, templated=True)},
     "llm": {

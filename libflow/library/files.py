@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -32,6 +33,7 @@ from libflow.library.folders import find_folder
 from libflow.library.processing.budgets import MAX_FILE_TEXT_CHARS
 from libflow.library.processing.stored_text import read_stored_text, text_from_passages
 from libflow.library.search_index import remove_file_index
+from libflow.library.vectors import MetadataValue
 from libflow.models import LibraryFile, ProcessingStatus
 from libflow.paging import decode_cursor, encode_cursor
 from libflow.storage import ObjectInfo, Storage, StorageError
@@ -52,6 +54,7 @@ async def create_file_record(
     uploader_name: str | None,
     uploader_email: str | None,
     url_ttl: int,
+    metadata: Mapping[str, MetadataValue] | None = None,
 ) -> tuple[LibraryFile, str]:
     """A new record (``updating``, size 0) and the signed URL its bytes go to."""
     file_type = normalize_file_type(file_type)
@@ -70,6 +73,7 @@ async def create_file_record(
         storage_key=key,
         uploader_name=uploader_name,
         uploader_email=uploader_email,
+        metadata=dict(metadata or {}),
     )
     return file, upload_url
 

@@ -10,14 +10,22 @@ MIME_TYPES: dict[str, str] = {
     "pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
     "txt": "text/plain",
     "csv": "text/csv",
+    "md": "text/markdown",
+    "html": "text/html",
+    "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
     "png": "image/png",
     "jpg": "image/jpeg",
     "jpeg": "image/jpeg",
     "gif": "image/gif",
     "webp": "image/webp",
 }
-DOCUMENT_TYPES = frozenset({"pdf", "docx", "pptx", "txt", "csv"})
+DOCUMENT_TYPES = frozenset({"pdf", "docx", "pptx", "txt", "csv", "md", "html", "xlsx"})
 IMAGE_TYPES = frozenset({"png", "jpg", "jpeg", "gif", "webp"})
+# What processing extracts text from and indexes: documents, and images by OCR (their text
+# is empty without the `ocr` extra, and the file is done with the warning NO_TEXT).
+TEXT_TYPES = DOCUMENT_TYPES | IMAGE_TYPES
+# Types whose text may need OCR: pdf pages without a text layer, and images.
+OCR_TYPES = IMAGE_TYPES | {"pdf"}
 
 
 def normalize_file_type(file_type: str) -> str:

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
+from tortoise.connection import get_connection
 from tortoise.expressions import Q
 from tortoise.transactions import in_transaction
 
 from libflow.library.embeddings.interface import Embedder
+from libflow.library.pgvector import has_vector_column, stale_file_ids, update_vectors
 from libflow.library.search_index import bump_index_version
+from libflow.library.vectors import Vector
 from libflow.models import Chunk
 
 logger = logging.getLogger("libflow.workers.reembed")
@@ -19,25 +23,58 @@ FILES_PER_RUN = 200
 async def reembed_stale_chunks(embedder: Embedder | None) -> int:
     """Embed again, file by file, the chunks another (or no) embedder wrote; how many files.
 
+    With pgvector, chunks whose vector is still float32 bytes (written before the extension
+    was enabled) are stale too: their bytes move to the vector column, without the model.
     At most FILES_PER_RUN files a call: a caller that gets FILES_PER_RUN back calls again.
     """
     if embedder is None:
         return 0
-    stale = Q(embedder__isnull=True) | ~Q(embedder=embedder.name)
-    file_ids = (
-        await Chunk.filter(stale).distinct().limit(FILES_PER_RUN).values_list("file_id", flat=True)
-    )
+    in_column = await has_vector_column(get_connection("default"))
+    file_ids: list[str]
+    if in_column:
+        file_ids = await stale_file_ids(get_connection("default"), embedder.name, FILES_PER_RUN)
+    else:
+        stale = Q(embedder__isnull=True) | ~Q(embedder=embedder.name)
+        file_ids = [
+            str(file_id)
+            for file_id in await Chunk.filter(stale)
+            .distinct()
+            .limit(FILES_PER_RUN)
+            .values_list("file_id", flat=True)
+        ]
     for file_id in file_ids:
         chunks = await Chunk.filter(file_id=file_id).order_by("seq")
         if not chunks:
             continue
-        vectors = await embedder.embed([chunk.text for chunk in chunks])
-        for chunk, vector in zip(chunks, vectors, strict=True):
-            chunk.embedding = vector.astype("<f4").tobytes()
-            chunk.embedder = embedder.name
+        vectors = _stored_vectors(chunks, embedder)
+        if vectors is None:
+            # Passages cut for another embedder may be longer than this one reads: until the
+            # file is processed again (reprocess), the model reads their start, as it did.
+            texts = [chunk.text for chunk in chunks]
+            vectors = await embedder.embed(texts, truncate=True)
         async with in_transaction() as connection:
-            await Chunk.bulk_update(chunks, fields=["embedding", "embedder"], using_db=connection)
+            if in_column:
+                await update_vectors(
+                    connection, [chunk.id for chunk in chunks], vectors, embedder.name
+                )
+            else:
+                for chunk, vector in zip(chunks, vectors, strict=True):
+                    chunk.embedding = vector.astype("<f4").tobytes()
+                    chunk.embedder = embedder.name
+                await Chunk.bulk_update(
+                    chunks, fields=["embedding", "embedder"], using_db=connection
+                )
             await bump_index_version(chunks[0].project_id, connection)
     if file_ids:
         logger.info("re-embedded %d files with %s", len(file_ids), embedder.name)
     return len(file_ids)
+
+
+def _stored_vectors(chunks: list[Chunk], embedder: Embedder) -> Vector | None:
+    """The chunks' own float32 bytes, when ``embedder`` wrote every one of them."""
+    if any(c.embedder != embedder.name or c.embedding is None for c in chunks):
+        return None
+    stored = [np.frombuffer(c.embedding or b"", dtype="<f4") for c in chunks]
+    if any(vector.shape[0] != embedder.dimensions for vector in stored):
+        return None
+    return np.stack(stored).astype(np.float32)

@@ -1,89 +1,239 @@
-"""Hybrid search: keyword and vector rankings of a project's passages, fused by rank."""
+"""Hybrid search: keyword and vector rankings of a project's passages, fused by their scores.
+
+Each ranking gives its hits a score in 0..1 that means something on its own: the keyword
+score is the passage's BM25 (ts_rank_cd on PostgreSQL) divided by the best one of this
+query, the semantic score is the cosine similarity of the passage and the query. The fused
+score is their weighted mean (a ranking that did not return a passage gives it 0), so a
+passage the keyword ranking puts first, which holds the exact words, is not beaten by one
+that is middling in both, as it would be under reciprocal rank fusion.
+"""
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from tortoise.connection import get_connection
 
-from libflow.library.vectors import PassageFilter, QueryEmbedder, VectorSearch
+from libflow.errors import ValidationFailed
+from libflow.library.vectors import (
+    MetadataValue,
+    PassageFilter,
+    QueryEmbedder,
+    VectorSearch,
+    typed_value,
+)
 from libflow.models import Chunk, LibraryFile
 
-RRF_K = 60  # the constant of reciprocal rank fusion (Cormack et al.)
-CANDIDATES = 50  # how many hits each ranking contributes to the fusion
+# The fusion's parameters (the retrieval-quality benchmark chooses them): the weight of each
+# ranking's score in the fused score. Keyword weighs more by default so that the passage
+# with the exact words (keyword 1.0, semantic often absent) outranks one at 0.5 keyword and
+# 0.6 cosine; a pure paraphrase (no keyword hit) still ranks by its cosine.
+FUSION_KEYWORD_WEIGHT = 0.6
+FUSION_SEMANTIC_WEIGHT = 0.4
+CANDIDATES = 50  # how many hits each ranking contributes to the fusion (at least the limit)
+MAX_QUERY_TERMS = 32
+# The last word of a query also matches as a prefix ("renovat" finds "renovation"), from
+# this length on: a one- or two-letter prefix matches most of the index.
+PREFIX_MIN_CHARS = 3
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
 @dataclass(frozen=True, slots=True)
+class Fusion:
+    """How the two rankings' scores make the fused one: the weight of each.
+
+    The one place to change the weights: ``search(..., fusion=Fusion(0.5, 0.5))``, or
+    ``DEFAULT_FUSION`` for every search of the process.
+    """
+
+    keyword_weight: float = FUSION_KEYWORD_WEIGHT
+    semantic_weight: float = FUSION_SEMANTIC_WEIGHT
+
+
+DEFAULT_FUSION = Fusion()
+
+
+class SearchMode(StrEnum):
+    """Which rankings a search runs."""
+
+    HYBRID = "hybrid"
+    KEYWORD = "keyword"
+    SEMANTIC = "semantic"
+
+
+@dataclass(frozen=True, slots=True)
 class SearchHit:
-    """One passage that matched, with its file."""
+    """One passage that matched, with its file, its scores and its file's metadata."""
 
     file_id: str
     name: str
     chunk: str
     score: float
-    page: int | None
+    keyword_score: float | None
+    semantic_score: float | None
+    page: int | str | None
+    metadata: Mapping[str, MetadataValue]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, with_metadata: bool = False) -> dict[str, Any]:
         """The hit as the API and the library_search node show it."""
-        return {
+        hit: dict[str, Any] = {
             "fileId": self.file_id,
             "name": self.name,
             "chunk": self.chunk,
             "score": self.score,
+            "scores": {"keyword": self.keyword_score, "semantic": self.semantic_score},
             "page": self.page,
         }
+        if with_metadata:
+            hit["metadata"] = dict(self.metadata)
+        return hit
 
 
 def _terms(query: str) -> list[str]:
-    return list(dict.fromkeys(t.lower() for t in _WORD.findall(query)))[:32]
+    return list(dict.fromkeys(t.lower() for t in _WORD.findall(query)))[:MAX_QUERY_TERMS]
 
 
-async def keyword_ranking(project_id: str, query: str, folder: str | None, n: int) -> list[int]:
-    """Chunk ids matching any term, best first: BM25 on SQLite, ts_rank_cd on PostgreSQL."""
+def _prefix(terms: list[str]) -> str | None:
+    """The query's last word, when long enough to match as a prefix."""
+    return terms[-1] if terms and len(terms[-1]) >= PREFIX_MIN_CHARS else None
+
+
+def _metadata_sql(where: PassageFilter, sqlite: bool, params: list[Any], column: str) -> list[str]:
+    """SQL conditions for the filter's metadata, by JSON equality; values go to ``params``.
+
+    SQLite's json_extract gives true as 1 and "1" as '1': its json_type tells them apart.
+    """
+    clauses = []
+    for key, values in where.metadata.items():
+        alternatives = []
+        for value in values:
+            kind, _ = typed_value(value)
+            if sqlite:
+                params.append(f'$."{key}"')
+                path = "?"
+                if kind == "boolean":
+                    alternatives.append(f"json_type({column}, {path}) = ?")
+                    params.append("true" if value else "false")
+                elif kind == "number":
+                    alternatives.append(
+                        f"(json_type({column}, {path}) IN ('integer', 'real')"
+                        f" AND json_extract({column}, ?) = ?)"
+                    )
+                    params.extend([f'$."{key}"', value])
+                else:
+                    alternatives.append(
+                        f"(json_type({column}, {path}) = 'text' AND json_extract({column}, ?) = ?)"
+                    )
+                    params.extend([f'$."{key}"', value])
+            else:
+                params.extend([key, json.dumps(value)])
+                key_at, value_at = len(params) - 1, len(params)
+                alternatives.append(f"{column} -> ${key_at}::text = ${value_at}::text::jsonb")
+        clauses.append(f"({' OR '.join(alternatives)})")
+    return clauses
+
+
+async def keyword_ranking(
+    project_id: str, query: str, where: PassageFilter, n: int
+) -> list[tuple[int, float]]:
+    """(chunk id, keyword score) of the chunks matching any term, best first.
+
+    The score is BM25 on SQLite, ts_rank_cd on PostgreSQL, divided by the best of the
+    query's hits (so the first has 1.0). The last term also matches as a prefix.
+    """
     terms = _terms(query)
     if not terms:
         return []
+    prefix = _prefix(terms)
     connection = get_connection("default")
+    sqlite = connection.capabilities.dialect == "sqlite"
     # Only the fixed fragments below are interpolated; every value is a parameter.
-    folder_clause = ""
-    if connection.capabilities.dialect == "sqlite":
-        params: list[Any] = [" OR ".join(f'"{t}"' for t in terms), project_id]
-        if folder is not None:
-            folder_clause = " AND c.folder_id IS ?"
-            params.append(None if folder == "root" else folder)
+    if sqlite:
+        # A phrase per term; the prefix beside its whole word, so an exact match ranks first.
+        match = [f'"{t}"' for t in terms] + ([f'"{prefix}"*'] if prefix else [])
+        params: list[Any] = [" OR ".join(match), project_id]
+        clauses = ["library_chunks_fts MATCH ?", "c.project_id = ?"]
+        if where.folder is not None:
+            clauses.append("c.folder_id IS ?")
+            params.append(None if where.folder == "root" else where.folder)
+        clauses += _metadata_sql(where, True, params, "c.metadata")
         params.append(n)
         sql = (
-            "SELECT c.id FROM library_chunks_fts f JOIN library_chunks c ON c.id = f.rowid"  # noqa: S608
-            f" WHERE library_chunks_fts MATCH ? AND c.project_id = ?{folder_clause}"
-            " ORDER BY bm25(library_chunks_fts) LIMIT ?"
+            "SELECT c.id, -bm25(library_chunks_fts) AS score"  # noqa: S608
+            " FROM library_chunks_fts f JOIN library_chunks c ON c.id = f.rowid"
+            f" WHERE {' AND '.join(clauses)} ORDER BY bm25(library_chunks_fts) LIMIT ?"
         )
     else:
-        params = [" | ".join(terms), project_id]
-        if folder is not None:
-            folder_clause = " AND folder_id IS NOT DISTINCT FROM $3"
-            params.append(None if folder == "root" else folder)
+        match = list(terms) + ([f"{prefix}:*"] if prefix else [])
+        # ts_rank_cd counts a word once however many terms match it: the whole words'
+        # rank, added, puts an exact match before a prefix-only one.
+        params = [" | ".join(match), " | ".join(terms), project_id]
+        clauses = ["to_tsvector('simple', text) @@ query", "project_id = $3"]
+        if where.folder is not None:
+            params.append(None if where.folder == "root" else where.folder)
+            clauses.append(f"folder_id IS NOT DISTINCT FROM ${len(params)}")
+        clauses += _metadata_sql(where, False, params, "metadata")
         params.append(n)
         sql = (
-            "SELECT id FROM library_chunks, to_tsquery('simple', $1) query"  # noqa: S608
-            " WHERE to_tsvector('simple', text) @@ query AND project_id = $2"
-            f"{folder_clause} ORDER BY ts_rank_cd(to_tsvector('simple', text), query) DESC"
-            f" LIMIT ${len(params)}"
+            "SELECT id, ts_rank_cd(to_tsvector('simple', text), query)"  # noqa: S608
+            " + ts_rank_cd(to_tsvector('simple', text), exact) AS score"
+            " FROM library_chunks, to_tsquery('simple', $1) query, to_tsquery('simple', $2) exact"
+            f" WHERE {' AND '.join(clauses)} ORDER BY score DESC, id LIMIT ${len(params)}"
         )
     rows = await connection.execute_query_dict(sql, params)
-    return [int(row["id"]) for row in rows]
+    best = max((float(row["score"]) for row in rows), default=0.0)
+    return [(int(row["id"]), float(row["score"]) / best if best > 0 else 1.0) for row in rows]
 
 
-def fuse_rankings(rankings: Sequence[Sequence[int]]) -> list[tuple[int, float]]:
-    """Reciprocal rank fusion: each ranking adds 1 / (k + rank) to the ids it holds."""
-    scores: dict[int, float] = {}
-    for ranking in rankings:
-        for rank, chunk_id in enumerate(ranking, start=1):
-            scores[chunk_id] = scores.get(chunk_id, 0.0) + 1.0 / (RRF_K + rank)
-    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+@dataclass(frozen=True, slots=True)
+class FusedHit:
+    """A chunk's fused score and the component scores it came from."""
+
+    chunk_id: int
+    score: float
+    keyword: float | None
+    semantic: float | None
+
+
+def fuse_rankings(
+    keyword: Sequence[tuple[int, float]] | None,
+    semantic: Sequence[tuple[int, float]] | None,
+    fusion: Fusion = DEFAULT_FUSION,
+) -> list[FusedHit]:
+    """The weighted mean of the scores of the rankings that ran (None: did not run).
+
+    A ranking that ran without returning a chunk gives it 0; the weights of the rankings
+    that ran are normalized, so a keyword-only search scores by its keyword score.
+    """
+    ran = [
+        (dict(ranking), weight)
+        for ranking, weight in (
+            (keyword, fusion.keyword_weight),
+            (semantic, fusion.semantic_weight),
+        )
+        if ranking is not None
+    ]
+    total = sum(weight for _, weight in ran)
+    keyword_scores = dict(keyword or ())
+    semantic_scores = dict(semantic or ())
+    ids = keyword_scores.keys() | semantic_scores.keys()
+    hits = [
+        FusedHit(
+            chunk_id,
+            sum(weight * scores.get(chunk_id, 0.0) for scores, weight in ran) / total
+            if total > 0
+            else 0.0,
+            keyword_scores.get(chunk_id),
+            semantic_scores.get(chunk_id),
+        )
+        for chunk_id in ids
+    ]
+    return sorted(hits, key=lambda hit: (-hit.score, hit.chunk_id))
 
 
 async def search(
@@ -91,32 +241,40 @@ async def search(
     query: str,
     *,
     limit: int,
-    folder: str | None,
+    where: PassageFilter,
     embedder: QueryEmbedder | None,
     vectors: VectorSearch,
+    mode: SearchMode = SearchMode.HYBRID,
+    fusion: Fusion | None = None,
 ) -> list[SearchHit]:
-    """The passages of the project best matching ``query``, by keywords and meaning."""
-    rankings = [await keyword_ranking(project_id, query, folder, CANDIDATES)]
-    if embedder is not None:
-        [query_vector] = await embedder.embed([query])
-        rankings.append(
-            [
-                chunk_id
-                for chunk_id, _ in await vectors.nearest(
-                    project_id, embedder.name, query_vector, PassageFilter(folder), CANDIDATES
-                )
-            ]
+    """The passages of the project best matching ``query``, by keywords and meaning.
+
+    Hybrid without an embedder is keyword search; semantic without one is refused.
+    """
+    if mode == SearchMode.SEMANTIC and embedder is None:
+        raise ValidationFailed(
+            "semantic search is not available: this server has no embedder "
+            "(LIBFLOW_EMBEDDER=none, or the semantic extra is not installed)",
+            details=[{"field": "mode", "problem": "no embedder for semantic search"}],
         )
-    fused = fuse_rankings(rankings)[:limit]
+    candidates = max(CANDIDATES, limit)
+    keyword = None
+    if mode != SearchMode.SEMANTIC:
+        keyword = await keyword_ranking(project_id, query, where, candidates)
+    semantic = None
+    if mode != SearchMode.KEYWORD and embedder is not None:
+        # The model reads a query's first max_tokens; the keyword ranking reads all of it.
+        [query_vector] = await embedder.embed([query], truncate=True)
+        semantic = await vectors.nearest(project_id, embedder.name, query_vector, where, candidates)
+    fused = fuse_rankings(keyword, semantic, fusion or DEFAULT_FUSION)[:limit]
     if not fused:
         return []
-    ids = [chunk_id for chunk_id, _ in fused]
     # By primary key alone, the project checked here: with project_id in the query
     # SQLite may pick the project index and scan every chunk of the project.
     chunks = {
         row["id"]: row
-        for row in await Chunk.filter(id__in=ids).values(
-            "id", "project_id", "file_id", "text", "page"
+        for row in await Chunk.filter(id__in=[hit.chunk_id for hit in fused]).values(
+            "id", "project_id", "file_id", "text", "page", "page_name", "metadata"
         )
         if row["project_id"] == project_id
     }
@@ -127,12 +285,15 @@ async def search(
     )
     return [
         SearchHit(
-            file_id=chunks[chunk_id]["file_id"],
-            name=names[chunks[chunk_id]["file_id"]],
-            chunk=chunks[chunk_id]["text"],
-            score=round(score, 6),
-            page=chunks[chunk_id]["page"],
+            file_id=row["file_id"],
+            name=names[row["file_id"]],
+            chunk=row["text"],
+            score=round(hit.score, 6),
+            keyword_score=None if hit.keyword is None else round(hit.keyword, 6),
+            semantic_score=None if hit.semantic is None else round(hit.semantic, 6),
+            page=row["page_name"] if row["page_name"] is not None else row["page"],
+            metadata=row["metadata"] or {},
         )
-        for chunk_id, score in fused
-        if chunk_id in chunks and chunks[chunk_id]["file_id"] in names
+        for hit in fused
+        if (row := chunks.get(hit.chunk_id)) is not None and row["file_id"] in names
     ]

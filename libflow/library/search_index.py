@@ -8,6 +8,7 @@ from typing import Any, Protocol
 from tortoise.expressions import F
 from tortoise.transactions import in_transaction
 
+from libflow.library.pgvector import has_vector_column, insert_chunks
 from libflow.library.vectors import Vector
 from libflow.models import Chunk, LibraryFile, SearchIndexVersion
 
@@ -47,26 +48,48 @@ async def write_file_index(
     vectors: Vector | None,
     embedder: str | None,
 ) -> None:
-    """Replace the file's index rows in one transaction."""
-    rows = [
-        Chunk(
-            file_id=file.id,
-            project_id=file.project_id,
-            folder_id=file.folder_id,
-            seq=passage.seq,
-            page=passage.page,
-            page_name=passage.page_name,
-            text=passage.text,
-            tokens=passage.tokens,
-            metadata=file.metadata,
-            embedding=None if vectors is None else vectors[i].astype("<f4").tobytes(),
-            embedder=None if vectors is None else embedder,
-        )
-        for i, passage in enumerate(passages)
-    ]
+    """Replace the file's index rows in one transaction.
+
+    With pgvector the vectors go to its column (and its HNSW index); elsewhere they are
+    float32 bytes that VectorIndex loads.
+    """
     async with in_transaction() as connection:
+        in_column = await has_vector_column(connection)
+        # Deleted first, then the file's folder and metadata read under the write lock
+        # (SQLite) or the row's lock (PostgreSQL): a PATCH that raced this job is kept.
         await Chunk.filter(file_id=file.id).using_db(connection).delete()
-        if rows:
+        current = await (
+            LibraryFile.filter(id=file.id)
+            .using_db(connection)
+            .select_for_update()
+            .values("folder_id", "metadata")
+        )
+        folder_id, metadata = (
+            (current[0]["folder_id"], current[0]["metadata"])
+            if current
+            else (file.folder_id, file.metadata)
+        )
+        rows = [
+            Chunk(
+                file_id=file.id,
+                project_id=file.project_id,
+                folder_id=folder_id,
+                seq=passage.seq,
+                page=passage.page,
+                page_name=passage.page_name,
+                text=passage.text,
+                tokens=passage.tokens,
+                metadata=metadata,
+                embedding=(
+                    None if vectors is None or in_column else vectors[i].astype("<f4").tobytes()
+                ),
+                embedder=None if vectors is None else embedder,
+            )
+            for i, passage in enumerate(passages)
+        ]
+        if rows and in_column:
+            await insert_chunks(connection, rows, vectors)
+        elif rows:
             await Chunk.bulk_create(rows, batch_size=500, using_db=connection)
         await bump_index_version(file.project_id, connection)
 

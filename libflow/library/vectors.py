@@ -25,8 +25,8 @@ class QueryEmbedder(Protocol):
 
     name: str
 
-    async def embed(self, texts: Sequence[str]) -> Vector:
-        """Vectors of ``texts``, L2-normalized rows."""
+    async def embed(self, texts: Sequence[str], *, truncate: bool = False) -> Vector:
+        """Vectors of ``texts``, L2-normalized rows (``truncate``: a long query's start)."""
         ...
 
 
@@ -59,12 +59,46 @@ class VectorSearch(Protocol):
         ...
 
 
+Mask = npt.NDArray[np.bool_]
+# A metadata value as JSON compares it: a boolean is never the number 1, while 1 and 1.0
+# are one number (Python's True == 1 would otherwise conflate them).
+TypedValue = tuple[str, MetadataValue]
+
+
+def typed_value(value: MetadataValue) -> TypedValue:
+    """``value`` tagged with its JSON kind, for comparisons by JSON equality."""
+    if isinstance(value, bool):
+        return ("boolean", value)
+    if isinstance(value, int | float):
+        return ("number", value)
+    return ("string", value)
+
+
 @dataclass
 class _ProjectVectors:
     version: int
     ids: npt.NDArray[np.int64]
     folders: npt.NDArray[np.object_]
     matrix: Vector
+    metadata: list[Mapping[str, MetadataValue] | None]
+    # (key, typed value) -> the rows holding it; built at the first filtered search.
+    postings: dict[tuple[str, TypedValue], list[int]] | None = None
+
+    def metadata_mask(self, wanted: Mapping[str, tuple[MetadataValue, ...]]) -> Mask:
+        """Rows whose metadata has, for every key, one of the values wanted."""
+        if self.postings is None:
+            postings: dict[tuple[str, TypedValue], list[int]] = {}
+            for row, labels in enumerate(self.metadata):
+                for key, value in (labels or {}).items():
+                    postings.setdefault((key, typed_value(value)), []).append(row)
+            self.postings = postings
+        mask = np.ones(len(self.ids), dtype=np.bool_)
+        for key, values in wanted.items():
+            admitted = np.zeros(len(self.ids), dtype=np.bool_)
+            for value in values:
+                admitted[self.postings.get((key, typed_value(value)), [])] = True
+            mask &= admitted
+        return mask
 
 
 class VectorIndex:
@@ -88,7 +122,7 @@ class VectorIndex:
             if cached is None or cached.version != version:
                 rows = await Chunk.filter(
                     project_id=project_id, embedder=embedder, embedding__isnull=False
-                ).values_list("id", "folder_id", "embedding")
+                ).values_list("id", "folder_id", "embedding", "metadata")
                 cached = _ProjectVectors(
                     version=version,
                     ids=np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
@@ -100,6 +134,7 @@ class VectorIndex:
                         if rows
                         else np.zeros((0, 0), dtype=np.float32)
                     ),
+                    metadata=[r[3] for r in rows],
                 )
                 self._cache[key] = cached
             self._cache.move_to_end(key)
@@ -111,15 +146,16 @@ class VectorIndex:
         self, project_id: str, embedder: str, query: Vector, where: PassageFilter, n: int
     ) -> list[tuple[int, float]]:
         """(chunk id, cosine similarity) nearest ``query``, best first (VectorSearch)."""
-        if where.metadata:
-            raise NotImplementedError("metadata filters: to be built")
         vectors = await self._vectors(project_id, embedder)
         if len(vectors.ids) == 0 or vectors.matrix.shape[1] != query.shape[0]:
             return []
         scores = vectors.matrix @ query
+        # Passages the filter refuses score below any similarity kept, before the top n.
         if where.folder is not None:
             wanted = None if where.folder == "root" else where.folder
             scores = np.where(vectors.folders == wanted, scores, -1.0)
+        if where.metadata:
+            scores = np.where(vectors.metadata_mask(where.metadata), scores, -1.0)
         count = min(n, len(scores))
         top = np.argpartition(-scores, count - 1)[:count]
         top = top[np.argsort(-scores[top])]

@@ -2,8 +2,9 @@
 
 Each event of a run has an id, 1, 2, 3... The process running the run publishes its events
 on a bus; watchers read them back from it with the id of the last one they saw. The
-embedded shape keeps them in this process's memory; the scaled shape keeps one Redis stream
-per run, so a run executed by a worker streams to every API process. Either way events stay
+embedded shape keeps them in this process's memory (a group of API processes, in files of
+the data dir: ``run_event_files``); the scaled shape keeps one Redis stream per run, so a
+run executed by a worker streams to every API process. Either way events stay
 readable ``EVENTS_KEPT_SECONDS`` after they were written (a late watcher gets the history).
 
 ``run.finished`` carries no data on the bus: its data is the run record, read by the

@@ -15,7 +15,9 @@ from libflow.errors import LibflowError
 from libflow.library import search
 from libflow.library.embeddings.interface import Embedder
 from libflow.library.files import file_text
-from libflow.library.vectors import VectorSearch
+from libflow.library.folders import find_folder
+from libflow.library.metadata import parse_filter
+from libflow.library.vectors import PassageFilter, VectorSearch
 from libflow.secrets.store import open_secret, sealed_secrets
 from libflow.storage import Storage
 from libflow.workflows.running import RunControl
@@ -43,11 +45,29 @@ def run_services(
 ) -> NodeServices:
     """The services of one run of ``project_id``'s workflow: its library, its workflows."""
 
-    async def search_library(query: str, limit: int) -> list[dict[str, Any]]:
+    async def search_library(
+        query: str,
+        limit: int,
+        *,
+        folder: str | None = None,
+        metadata_filter: Any = None,
+        mode: str = "hybrid",
+    ) -> list[dict[str, Any]]:
+        # The node's options are checked as POST .../library/search checks its body.
+        labels = {} if metadata_filter is None else parse_filter(metadata_filter)
+        where = PassageFilter(folder, labels)
+        if folder is not None:
+            await find_folder(project_id, folder)
         hits = await search.search(
-            project_id, query, limit=limit, folder=None, embedder=embedder, vectors=vectors
+            project_id,
+            query,
+            limit=limit,
+            where=where,
+            mode=search.SearchMode(mode),
+            embedder=embedder,
+            vectors=vectors,
         )
-        return [hit.to_json() for hit in hits]
+        return [hit.to_json(with_metadata=True) for hit in hits]
 
     async def library_file_text(file_id: str) -> dict[str, Any]:
         return await file_text(storage, reads, project_id, file_id)

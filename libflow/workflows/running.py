@@ -6,9 +6,10 @@ leases every third of ``lease_seconds``; a process that dies stops renewing, and
 fails its runs INTERRUPTED once their leases run out.
 
 A cancel is written to the run's row (``cancel_requested_at``) and signalled: in the
-embedded shape directly, in the scaled shape on a Redis channel every process listens to,
-so it reaches a worker on another machine at once. A process that missed the signal sees
-the row when it next renews its leases (every second without Redis).
+embedded shape directly (and to the other API processes of a group, ``Siblings``), in the
+scaled shape on a Redis channel every process listens to, so it reaches a worker on another
+machine at once. A process that missed the signal sees the row when it next renews its
+leases (every second without Redis).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
@@ -28,11 +30,15 @@ from redis.exceptions import RedisError
 from libflow.errors import LibflowError
 from libflow.ids import utcnow
 from libflow.models import WorkflowRun
+from libflow.workflows.run_event_files import FileEventBus
 from libflow.workflows.run_events import EventBus, MemoryEventBus, RedisEventBus
+from libflow.workflows.siblings import Siblings, siblings_dir
 
 logger = logging.getLogger("libflow.running")
 
 CANCEL_CHANNEL = "libflow:run-cancels"
+CANCEL_TOPIC = "cancel"
+RUN_EVENTS_DIR = "run-events"
 # A cancel that arrives before its run is registered here (claimed a moment later) still
 # stops it if the run registers within this long.
 CANCEL_REMEMBERED_SECONDS = 60.0
@@ -44,9 +50,14 @@ REDIS_RETRY_SECONDS = 1.0
 class RunningRuns:
     """This process's running runs (by run id), their leases and cancels."""
 
-    def __init__(self, lease_seconds: float, redis: Redis | None) -> None:
+    def __init__(
+        self, lease_seconds: float, redis: Redis | None, siblings: Siblings | None = None
+    ) -> None:
         self.lease_seconds = lease_seconds
         self._redis = redis
+        self._siblings = siblings
+        if siblings is not None:
+            siblings.on(CANCEL_TOPIC, self.cancel_here)
         self._tasks: dict[str, asyncio.Task[object]] = {}
         self._cancelled: dict[str, float] = {}  # run id -> when a cancel was asked for
 
@@ -83,6 +94,8 @@ class RunningRuns:
     async def signal_cancel(self, run_id: str) -> None:
         """Stop the run wherever it runs (its row already says so)."""
         self.cancel_here(run_id)
+        if self._siblings is not None:
+            self._siblings.send(CANCEL_TOPIC, run_id)
         if self._redis is not None:
             try:
                 await self._redis.publish(CANCEL_CHANNEL, run_id)
@@ -176,13 +189,29 @@ class RunControl:
 
 
 @asynccontextmanager
-async def open_run_control(lease_seconds: float, redis: Redis | None) -> AsyncIterator[RunControl]:
-    """The bus (Redis streams, or memory without Redis) and the registry, with their tasks."""
-    events: EventBus = RedisEventBus(redis) if redis is not None else MemoryEventBus()
-    running = RunningRuns(lease_seconds, redis)
+async def open_run_control(
+    lease_seconds: float, redis: Redis | None, group_data_dir: Path | None = None
+) -> AsyncIterator[RunControl]:
+    """The bus and the registry, with their tasks.
+
+    The bus: Redis streams with Redis; without it, this process's memory, or for a group
+    of API processes (``group_data_dir``, their data dir) files there, siblings woken.
+    """
+    siblings: Siblings | None = None
+    events: EventBus
+    if redis is not None:
+        events = RedisEventBus(redis)
+    elif group_data_dir is not None:
+        siblings = _open_siblings(group_data_dir)
+        events = FileEventBus(group_data_dir / RUN_EVENTS_DIR, siblings)
+    else:
+        events = MemoryEventBus()
+    running = RunningRuns(lease_seconds, redis, siblings)
     tasks = [asyncio.create_task(running.renew_forever())]
     if redis is not None:
         tasks.append(asyncio.create_task(running.listen_forever(redis)))
+    if isinstance(events, FileEventBus):
+        tasks.append(asyncio.create_task(events.prune_forever()))
     control = RunControl(events, running)
     try:
         yield control
@@ -192,3 +221,17 @@ async def open_run_control(lease_seconds: float, redis: Redis | None) -> AsyncIt
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await events.close()
+        if siblings is not None:
+            siblings.close()
+
+
+def _open_siblings(data_dir: Path) -> Siblings | None:
+    """This process's socket among the group's; None (and polling alone) if it cannot be."""
+    siblings = Siblings(siblings_dir(data_dir))
+    try:
+        siblings.open()
+    except OSError as err:
+        logger.warning("API processes not woken by each other (they poll): %r", err)
+        siblings.close()
+        return None
+    return siblings

@@ -53,6 +53,12 @@ class Process:
             )
 
     @property
+    def pid(self) -> int:
+        """The running process's id."""
+        assert self._process is not None, "not started"
+        return self._process.pid
+
+    @property
     def alive(self) -> bool:
         """The process is running."""
         return self._process is not None and self._process.poll() is None

@@ -25,6 +25,18 @@ from libflow.api.openapi.common import (
     path_params,
     ref,
 )
+from libflow.api.openapi.console import console_operations
+from libflow.api.openapi.docs import docs_operations
+from libflow.api.openapi.library import (
+    FILE_DETAIL_ADDITIONS,
+    LIBRARY_EDIT_BODIES,
+    LIBRARY_EDIT_SCHEMAS,
+    PROCESSING_ADDITIONS,
+    SEARCH_HIT,
+    library_edit_operations,
+    patch_file_operation,
+    search_post_operation,
+)
 from libflow.api.openapi.runs import RUN_BODIES, RUN_SCHEMAS, run_operations
 from libflow.api.openapi.schedules import (
     SCHEDULE_BODIES,
@@ -33,6 +45,7 @@ from libflow.api.openapi.schedules import (
 )
 from libflow.api.openapi.secrets import SECRET_BODIES, SECRET_SCHEMAS, secret_operations
 from libflow.api.openapi.webhooks import WEBHOOK_BODIES, WEBHOOK_SCHEMAS, webhook_operations
+from libflow.api.openapi.words import describe, tagged
 from libflow.api.openapi.workflows import WORKFLOW_BODIES, WORKFLOW_SCHEMAS, workflow_operations
 from libflow.errors import STATUS_BY_CODE
 
@@ -77,6 +90,7 @@ FILE_DETAIL = {
                 "searchable": {"type": "boolean"},
                 "thumbnail": {"type": "boolean"},
                 "sha256": NULLABLE_STR,
+                **FILE_DETAIL_ADDITIONS,
                 "processing": {
                     "type": "object",
                     "properties": {
@@ -85,6 +99,7 @@ FILE_DETAIL = {
                         "steps": {"type": "object", "additionalProperties": STR},
                         "pages": {"type": ["integer", "null"]},
                         "chunks": {"type": ["integer", "null"]},
+                        **PROCESSING_ADDITIONS,
                     },
                 },
             },
@@ -101,17 +116,6 @@ UPLOAD = {
         "path": STR,
         "createdDate": DATE,
         "dir": STR,
-    },
-}
-SEARCH_HIT = {
-    "type": "object",
-    "required": ["fileId", "name", "chunk", "score", "page"],
-    "properties": {
-        "fileId": STR,
-        "name": STR,
-        "chunk": STR,
-        "score": {"type": "number"},
-        "page": {"type": ["integer", "null"]},
     },
 }
 
@@ -210,6 +214,7 @@ def _operations() -> dict[str, dict[str, Any]]:
                     **errors(*AUTH_ERRORS, 404),
                 },
             },
+            "patch": patch_file_operation(),
             "delete": {
                 "summary": "Delete a file, its bytes and thumbnail",
                 "parameters": file,
@@ -246,7 +251,9 @@ def _operations() -> dict[str, dict[str, Any]]:
                     **errors(400, *AUTH_ERRORS, 404),
                 },
             },
+            "post": search_post_operation(),
         },
+        **library_edit_operations(),
         **workflow_operations(),
         **run_operations(),
         **schedule_operations(),
@@ -316,6 +323,8 @@ def _operations() -> dict[str, dict[str, Any]]:
                 "responses": {"200": json_response({"type": "object"}, "OpenAPI 3.1")},
             }
         },
+        **console_operations(),
+        **docs_operations(),
     }
 
 
@@ -344,6 +353,7 @@ def openapi_document(server_url: str) -> dict[str, Any]:
         "LibraryFileDetail": FILE_DETAIL,
         "UploadCreated": UPLOAD,
         "SearchHit": SEARCH_HIT,
+        **LIBRARY_EDIT_SCHEMAS,
         **WORKFLOW_SCHEMAS,
         **RUN_SCHEMAS,
         **SCHEDULE_SCHEMAS,
@@ -352,6 +362,7 @@ def openapi_document(server_url: str) -> dict[str, Any]:
     }
     for model in (
         *LIBRARY_BODIES,
+        *LIBRARY_EDIT_BODIES,
         *WORKFLOW_BODIES,
         *RUN_BODIES,
         *SCHEDULE_BODIES,
@@ -361,12 +372,13 @@ def openapi_document(server_url: str) -> dict[str, Any]:
         schemas[model.__name__] = model.model_json_schema(
             ref_template="#/components/schemas/{model}"
         )
+    schemas = describe(schemas)
     return {
         "openapi": "3.1.0",
         "info": {"title": "libflow", "version": __version__},
         "servers": [{"url": server_url}],
         "security": [{"apiKey": []}],
-        "paths": _operations(),
+        "paths": tagged(_operations()),
         "components": {
             "schemas": schemas,
             "securitySchemes": {

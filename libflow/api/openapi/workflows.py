@@ -18,6 +18,7 @@ from libflow.api.openapi.common import (
     path_params,
     ref,
 )
+from libflow.api.openapi.definition import EDGE_SCHEMA, definition_schema, node_schemas
 from libflow.api.openapi.runs import EVENT_STREAM, EVENTS_DESCRIPTION
 from libflow.engine.runner import CANCELLED_STATUS_CODE
 
@@ -25,19 +26,27 @@ WORKFLOW_BODIES: tuple[type[Body], ...] = (CreateWorkflowBody, PublishVersionBod
 WORKFLOW_SCHEMAS: dict[str, Any] = {
     "Workflow": {
         "type": "object",
+        "description": "A workflow: a name and its versions' definitions.",
         "required": ["workflowId", "name", "version", "createdDate"],
         "properties": {
-            "workflowId": STR,
-            "name": STR,
-            "version": STR,
-            "createdDate": DATE,
-            "updatedDate": DATE,
+            "workflowId": {**STR, "description": "The workflow's id."},
+            "name": {**STR, "description": "The name it was created with."},
+            "version": {
+                **STR,
+                "description": 'Its latest version: "1", "2", ... (a new one with each publish).',
+            },
+            "createdDate": {**DATE, "description": "When it was created."},
+            "updatedDate": {**DATE, "description": "When its latest version was published."},
         },
     },
     "WorkflowVersion": {
         "type": "object",
+        "description": "One published version; versions never change once published.",
         "required": ["version", "createdDate"],
-        "properties": {"version": STR, "createdDate": DATE},
+        "properties": {
+            "version": {**STR, "description": 'The version\'s number: "1", "2", ...'},
+            "createdDate": {**DATE, "description": "When it was published."},
+        },
     },
     "WorkflowDetail": {
         "allOf": [
@@ -45,29 +54,68 @@ WORKFLOW_SCHEMAS: dict[str, Any] = {
             {
                 "type": "object",
                 "properties": {
-                    "definition": OBJECT,
-                    "versions": {"type": "array", "items": ref("WorkflowVersion")},
+                    "definition": {
+                        **ref("WorkflowDefinition"),
+                        "description": "The latest version's definition, as it was published.",
+                    },
+                    "versions": {
+                        "type": "array",
+                        "items": ref("WorkflowVersion"),
+                        "description": "Every version, oldest first.",
+                    },
                 },
             },
         ]
     },
+    "WorkflowDefinition": definition_schema(ref),
+    "WorkflowEdge": EDGE_SCHEMA,
+    **node_schemas(),
     "RunSyncResult": {
         "type": "object",
+        "description": "runsync's answer; the HTTP status is `statusCode`.",
         "required": ["success", "result", "statusCode"],
         "properties": {
-            "success": {"type": "boolean"},
-            "statusCode": {"type": "integer"},
+            "success": {"type": "boolean", "description": "Whether the run succeeded."},
+            "statusCode": {
+                "type": "integer",
+                "description": "200, a respond node's status, 500 (a node failed, or a fail "
+                "node's status), 504 (the run timed out) or 499 (cancelled).",
+            },
             "result": {
                 "type": "object",
                 "required": ["outputs"],
                 "properties": {
-                    "outputs": OBJECT,
-                    "error": ref("RunError"),
+                    "outputs": {
+                        **OBJECT,
+                        "description": "The outputs set by set_output nodes (so far, when "
+                        "the run failed).",
+                    },
+                    "error": {
+                        **ref("RunError"),
+                        "description": "Why the run failed; absent when it succeeded.",
+                    },
                 },
             },
         },
     },
 }
+
+
+def _definition_body(model: type[Body]) -> dict[str, Any]:
+    """A request body of ``model`` whose ``definition`` is a workflow definition."""
+    return {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "allOf": [
+                        ref(model.__name__),
+                        {"properties": {"definition": ref("WorkflowDefinition")}},
+                    ]
+                }
+            }
+        },
+    }
 
 
 _RUNSYNC_DESCRIPTION = f"""\
@@ -87,25 +135,15 @@ leaves: it can be watched or cancelled with the `runId` of `run.started`.
 
 
 _DEFINITION_DESCRIPTION = """\
-A definition is `{timeoutSeconds?, nodes: [{id, type, ...fields}], edges: [{from, to, when?}]}`. \
-Node types: `event`, `input`, `set_output`, `template`, `condition`, `http_request`, \
-`library_search`, `library_file_text`, `llm`, `code`, `call_workflow`, `map`, `delay`, \
-`respond`, `fail`. `call_workflow {workflowId, version?, inputs}` runs another workflow of the \
-project as a sub-run (trigger `call`, `parentRunId`) and results in `{outputs}`; `map {items, \
-workflowId, version?, concurrency?: 4}` runs it once per item (inputs `{item, index}`) and \
-results in `{results}` in item order. A `workflowId` of another project is refused; calls \
-nest at most 5 deep. An `llm` node \
-`{model?, messages: [{role, content}], temperature?, maxTokens?, responseFormat?: "text" | \
-"json", apiKey?}` asks the server's OpenAI-compatible chat completions API \
-(`LIBFLOW_LLM_BASE_URL`) and results in `{text, json, usage: {promptTokens, \
-completionTokens}, model, finishReason}`; its text streams as `llm.delta` run events and its \
-usage is kept in the run's `nodeTimings`. A `code` node `{source, timeoutMs?: 1000, \
-memoryMb?: 64}` runs `source`, a JavaScript function body, in a fresh V8 isolate with no \
-file, network or process access: it sees `inputs`, `nodes` and `event` and its return value \
-is the node's output (an object as it is, anything else as `{result}`); a thrown error \
-fails the node with `<message> (line N)`, and so do `timeoutMs` (1 to 30000, never past \
-the run's timeout) and `memoryMb` (8 to 512) when passed. Every problem of a definition is \
-answered 400 `INVALID_WORKFLOW` with `details` naming its node."""
+The definition is checked whole before anything is stored: unknown node types and fields, \
+missing or out-of-range fields, duplicate ids, dangling edges, cycles, expression syntax, a \
+`code` node's JavaScript, a called workflow that is not the project's, and a graph without \
+an event node. Any problem is answered 400 INVALID_WORKFLOW, with every problem in \
+`details` as `{node, problem}` (`node` null for the definition itself).
+
+The `WorkflowDefinition` schema describes every node type, field by field; the same schema \
+as one JSON Schema document, for editors, is at \
+`GET /api/publicv1/workflow-definition.schema.json`."""
 
 
 def workflow_operations() -> dict[str, dict[str, Any]]:
@@ -115,7 +153,7 @@ def workflow_operations() -> dict[str, dict[str, Any]]:
     return {
         WF: {
             "get": {
-                "summary": "List workflows",
+                "summary": "List the project's workflows, newest first",
                 "parameters": project,
                 "responses": {
                     "200": json_response({"type": "array", "items": ref("Workflow")}, "workflows"),
@@ -123,10 +161,10 @@ def workflow_operations() -> dict[str, dict[str, Any]]:
                 },
             },
             "post": {
-                "summary": "Create a workflow (publishes version 1)",
+                "summary": "Create a workflow: its definition becomes version 1",
                 "description": _DEFINITION_DESCRIPTION,
                 "parameters": project,
-                "requestBody": body(CreateWorkflowBody),
+                "requestBody": _definition_body(CreateWorkflowBody),
                 "responses": {
                     "201": json_response(ref("Workflow"), "the workflow"),
                     **errors(400, *AUTH_ERRORS),
@@ -145,10 +183,10 @@ def workflow_operations() -> dict[str, dict[str, Any]]:
         },
         f"{WF}/{{workflowId}}/versions": {
             "post": {
-                "summary": "Publish the next immutable version",
+                "summary": "Publish a new definition as the next version (versions never change)",
                 "description": _DEFINITION_DESCRIPTION,
                 "parameters": workflow,
-                "requestBody": body(PublishVersionBody),
+                "requestBody": _definition_body(PublishVersionBody),
                 "responses": {
                     "201": json_response(ref("WorkflowVersion"), "the version"),
                     **errors(400, *AUTH_ERRORS, 404),

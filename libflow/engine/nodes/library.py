@@ -5,14 +5,30 @@ from __future__ import annotations
 from typing import Any
 
 from libflow.engine.definition import Node
-from libflow.engine.nodes.state import RunState, int_field, text_field
+from libflow.engine.nodes.state import (
+    NodeFailure,
+    RunState,
+    field_value,
+    int_field,
+    text_field,
+)
 
 
 async def run_library_search(node: Node, state: RunState) -> dict[str, Any]:
     """Search the project's library."""
     query = await text_field(node, state, "query")
     limit = await int_field(node, state, "limit", 1, 100)
-    result = {"results": await state.services.search_library(query, limit)}
+    folder = await field_value(node, state, "dir")
+    if folder is not None and not isinstance(folder, str):
+        raise NodeFailure("dir must render to a folder id or root")
+    found = await state.services.search_library(
+        query,
+        limit,
+        folder=folder or None,
+        metadata_filter=await field_value(node, state, "filter"),
+        mode=node.config["mode"],
+    )
+    result = {"results": found}
     await state.budget.hold_value(result, "the search results")
     return result
 

@@ -16,10 +16,23 @@ from libflow.engine.render_budget import ExpressionError, RunOutOfTime
 from libflow.engine.run_budget import RunBudget
 from libflow.engine.run_secrets import RunSecrets
 
-SearchLibrary = Callable[[str, int], Awaitable[list[dict[str, Any]]]]
 # Told of a run's events as they happen: (name, data, the data's key holding a large value).
 RunListener = Callable[[str, dict[str, Any], str | None], None]
 FileText = Callable[[str], Awaitable[dict[str, Any]]]
+
+
+class SearchLibrary(Protocol):
+    """Searches the run's project's library, as POST .../library/search (dir, filter, mode)."""
+
+    async def __call__(
+        self,
+        query: str,
+        limit: int,
+        *,
+        folder: str | None = None,
+        metadata_filter: Any = None,
+        mode: str = "hybrid",
+    ) -> list[dict[str, Any]]: ...
 
 
 class CallWorkflow(Protocol):

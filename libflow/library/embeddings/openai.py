@@ -9,7 +9,14 @@ from typing import Any
 import numpy as np
 from aiohttp import ClientError, ClientSession, ClientTimeout
 
-from libflow.library.embeddings.interface import EmbeddingError, Vectors, batches, empty_vectors
+from libflow.library.embeddings.interface import (
+    ESTIMATED_SIZING,
+    EmbeddingError,
+    PassageSizing,
+    Vectors,
+    batches,
+    empty_vectors,
+)
 
 DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
 KNOWN_OPENAI_DIMENSIONS = {
@@ -17,6 +24,28 @@ KNOWN_OPENAI_DIMENSIONS = {
     "text-embedding-3-large": 3072,
     "text-embedding-ada-002": 1536,
 }
+# Tokens each of them reads of one text (more is a 400); a model not known here: this, unless
+# LIBFLOW_EMBEDDING_MAX_TOKENS says.
+OPENAI_MAX_TOKENS = 8191
+# Room for special tokens an OpenAI-compatible server may add to each text.
+_SPECIAL_TOKENS_ROOM = 8
+
+
+def openai_sizing(max_tokens: int) -> PassageSizing:
+    """Passages of about 500 estimated tokens, and never more UTF-8 bytes than the model reads.
+
+    No tokenizer of the model is at hand, so the count must never be under the real one: BPE
+    and WordPiece tokens each cover at least one byte, so a passage of ``max_tokens`` bytes
+    (less room for special tokens) always fits. The estimate counts at least one token per
+    ``min_bytes_per_token`` bytes to keep to that.
+    """
+    room = max_tokens - _SPECIAL_TOKENS_ROOM
+    size = min(ESTIMATED_SIZING.max_tokens, room)
+    return PassageSizing(
+        max_tokens=size,
+        overlap_tokens=size // 10,
+        min_bytes_per_token=max(1, room // size),
+    )
 
 
 class OpenAIEmbedder:
@@ -32,10 +61,13 @@ class OpenAIEmbedder:
         session: ClientSession | None = None,
         batch_size: int = 96,
         request_timeout: float = 60.0,
+        max_tokens: int = OPENAI_MAX_TOKENS,
     ) -> None:
         """Use ``session`` if given, else a session of its own that ``close`` closes."""
         self.name = f"openai:{model}"
         self.dimensions = dimensions
+        self.max_tokens = max_tokens
+        self.passage_sizing = openai_sizing(max_tokens)
         self.model = model
         self.url = f"{base_url.rstrip('/')}/embeddings"
         self.batch_size = batch_size
@@ -54,6 +86,7 @@ class OpenAIEmbedder:
         session: ClientSession | None = None,
         batch_size: int = 96,
         request_timeout: float = 60.0,
+        max_tokens: int | None = None,
     ) -> OpenAIEmbedder:
         """An embedder for ``model``; asks the API for the dimension of models not known here."""
         embedder = cls(
@@ -64,6 +97,7 @@ class OpenAIEmbedder:
             session=session,
             batch_size=batch_size,
             request_timeout=request_timeout,
+            max_tokens=max_tokens or OPENAI_MAX_TOKENS,
         )
         if not embedder.dimensions:
             try:
@@ -85,10 +119,17 @@ class OpenAIEmbedder:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def embed(self, texts: Sequence[str]) -> Vectors:
-        """Embed ``texts`` in requests of ``batch_size`` inputs, one request at a time."""
+    async def embed(self, texts: Sequence[str], *, truncate: bool = False) -> Vectors:
+        """Embed ``texts`` in requests of ``batch_size`` inputs, one request at a time.
+
+        ``truncate`` (a search query) sends at most as many bytes as the model surely reads;
+        passages are cut to fit already, and the API refuses a text longer than it reads.
+        """
         if not texts:
             return empty_vectors(self.dimensions)
+        if truncate:
+            room = self.max_tokens - _SPECIAL_TOKENS_ROOM
+            texts = [t.encode()[:room].decode(errors="ignore") or t[:1] for t in texts]
         parts = [await self._request(batch) for batch in batches(texts, self.batch_size)]
         vectors = parts[0] if len(parts) == 1 else np.concatenate(parts)
         if vectors.shape[1] != self.dimensions:

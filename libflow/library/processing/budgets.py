@@ -25,10 +25,27 @@ MAX_ZIP_RATIO: Final = 200
 # 130 bytes of memory a tag, so the tag count is what bounds their memory).
 MAX_XML_BYTES: Final = 64 * MIB
 MAX_XML_TAGS: Final = 4_000_000
-# pdf pages, pptx slides.
+# pdf pages, pptx slides, xlsx sheets.
 MAX_PAGES: Final = 10_000
+# xlsx: the cells of every sheet's rows, the empty ones a row or a gap between rows makes
+# openpyxl yield included (a row may name its last cell at column 16,384, a gap a million
+# rows); counted as they come, so a sheet of padding stops here rather than at the clock.
+MAX_SPREADSHEET_CELLS: Final = 10_000_000
+# html: elements, counted in the bytes before parsing. The DOM costs about 330 bytes an
+# element (4 million took 1.3 GB, measured), so a million keeps a page under the child's memory.
+MAX_HTML_TAGS: Final = 1_000_000
 # Images: decoded pixels for a thumbnail (up to 4 bytes a pixel, twice over while resized).
 MAX_SOURCE_PIXELS: Final = 64_000_000
+
+# -- OCR (the `ocr` extra) -------------------------------------------------------------------
+# Pages without a text layer that one pdf may have read by OCR: each takes about 3-6 s of one
+# core (measured on a dense A4 page); a pdf with more fails before the first is read.
+MAX_OCR_PAGES: Final = 100
+# The longest side of what OCR reads, in pixels: a pdf page is rendered (at most 300 dpi) and
+# an image scaled to it. 2,000 is what the OCR engine scales down to anyway; an A4 page is
+# then about 170 dpi, and reading it adds up to about 600 MiB to the child (measured).
+OCR_SIDE_PIXELS: Final = 2_000
+OCR_MAX_DPI: Final = 300
 
 # -- what extraction yields ---------------------------------------------------------------
 # Characters of extracted text (about 4,000 pages of prose); stored whole for
@@ -44,6 +61,8 @@ CHILD_MEMORY_BYTES: Final = 1024 * MIB
 # Wall-clock seconds of extraction, chunking and thumbnail rendering (the child is killed
 # then); its CPU-time limit is a little more, so an orphaned child ends by itself too.
 EXTRACTION_SECONDS: Final = 120
+# The same for pdfs and images, which OCR may read (MAX_OCR_PAGES pages at up to 6 s each).
+OCR_EXTRACTION_SECONDS: Final = 600
 
 # -- the processing job --------------------------------------------------------------------
 # Download, extraction, embedding, indexing and thumbnail together; arq's own job time limit

@@ -1,9 +1,10 @@
 """Preparing a file in a child process, under the file's memory and time budgets.
 
-Extraction, chunking and thumbnail rendering run in a child forked for this one file by the
-preparation server (``zygote``), which this process starts on first use and which ends with
-it. The child caps its own address space (CHILD_MEMORY_BYTES more than it starts with) and
-CPU time; this side kills it after EXTRACTION_SECONDS. So even a bomb no check foresaw, or a
+Extraction (OCR included), chunking and thumbnail rendering run in a child forked for this one
+file by the preparation server (``zygote``), which this process starts on first use and which
+ends with it. The child caps its own address space (CHILD_MEMORY_BYTES more than it starts
+with) and CPU time; this side kills it after EXTRACTION_SECONDS (OCR_EXTRACTION_SECONDS for a
+pdf or an image, which OCR may read). So even a bomb no check foresaw, or a
 crash in a parser's C code, ends only the child: its file fails or counts a crash, and the
 worker or server goes on. The answer comes back as files in the job's temporary directory,
 read here with size limits and checked field by field.
@@ -15,6 +16,7 @@ import asyncio
 import atexit
 import contextlib
 import json
+import math
 import os
 import select
 import shutil
@@ -26,6 +28,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from libflow.library.embeddings.interface import ESTIMATED_SIZING, PassageSizing
+from libflow.library.filetypes import OCR_TYPES
 from libflow.library.processing import zygote
 from libflow.library.processing.budgets import (
     CHILD_MEMORY_BYTES,
@@ -33,10 +37,11 @@ from libflow.library.processing.budgets import (
     MAX_CHUNKS,
     MAX_TEXT_CHARS,
     MIB,
+    OCR_EXTRACTION_SECONDS,
     BudgetExceeded,
 )
 from libflow.library.processing.chunking import Chunk
-from libflow.library.processing.extract import ExtractionError
+from libflow.library.processing.extracted import ExtractionError
 from libflow.library.processing.prepare import Prepared
 from libflow.library.processing.thumbnails import ThumbnailError
 
@@ -51,6 +56,7 @@ _MAX_TEXT_BYTES = 4 * MAX_TEXT_CHARS
 _MAX_RESULT_BYTES = 3 * _MAX_TEXT_BYTES + MIB
 _MAX_THUMBNAIL_BYTES = 4 * MIB
 _MAX_MESSAGE_CHARS = 1_000
+_MAX_PAGE_NAME_CHARS = 255  # an xlsx sheet's name is at most 31
 
 
 class ChildCrashed(Exception):
@@ -130,7 +136,19 @@ async def start_preparation_server() -> None:
     await asyncio.to_thread(_SERVER.socket_path)
 
 
-async def prepare_in_child(path: Path, file_type: str, *, chunk: bool, work_dir: Path) -> Prepared:
+def stop_preparation_server() -> None:
+    """Stop the preparation server (blocking): the next file starts one, as installed then."""
+    _SERVER.stop()
+
+
+async def prepare_in_child(
+    path: Path,
+    file_type: str,
+    *,
+    chunk: bool,
+    work_dir: Path,
+    sizing: PassageSizing = ESTIMATED_SIZING,
+) -> Prepared:
     """``prepare_file`` of the local copy at ``path``, in a child under the file's budgets.
 
     Raises ExtractionError, ThumbnailError or BudgetExceeded as prepare_file does (memory and
@@ -138,19 +156,26 @@ async def prepare_in_child(path: Path, file_type: str, *, chunk: bool, work_dir:
     """
     out = work_dir / "prepared"
     out.mkdir()
+    seconds = preparation_seconds(file_type)
     request = {
         "source": str(path),
         "file_type": file_type,
         "chunk": chunk,
         "out_dir": str(out),
         "memory_bytes": CHILD_MEMORY_BYTES,
-        "cpu_seconds": EXTRACTION_SECONDS,
+        "cpu_seconds": math.ceil(seconds),
+        "sizing": sizing.to_json(),
     }
-    code = await _run_child(request)
-    return await asyncio.to_thread(_read_answer, out, code)
+    code = await _run_child(request, seconds)
+    return await asyncio.to_thread(_read_answer, out, code, seconds)
 
 
-async def _run_child(request: dict[str, Any]) -> int:
+def preparation_seconds(file_type: str) -> float:
+    """The child's time budget for a file of ``file_type``: longer where OCR may read it."""
+    return OCR_EXTRACTION_SECONDS if file_type in OCR_TYPES else EXTRACTION_SECONDS
+
+
+async def _run_child(request: dict[str, Any], seconds: float) -> int:
     """Have the server fork a child for ``request``; its exit code once it has ended."""
     reader, writer = await _connect()
     try:
@@ -159,15 +184,13 @@ async def _run_child(request: dict[str, Any]) -> int:
         async with asyncio.timeout(_FORK_SECONDS):
             _message(await reader.readline(), "pid")
         try:
-            async with asyncio.timeout(EXTRACTION_SECONDS) as clock:
+            async with asyncio.timeout(seconds) as clock:
                 return _message(await reader.readline(), "exit")
         except TimeoutError:
             if not clock.expired():
                 raise
             await _abandon(reader, writer)
-            raise BudgetExceeded(
-                f"preparing the file took longer than {EXTRACTION_SECONDS} s"
-            ) from None
+            raise BudgetExceeded(f"preparing the file took longer than {seconds} s") from None
         except asyncio.CancelledError:
             # The job was cancelled (shutdown, its processing budget): the child goes too,
             # before the job's temporary directory is removed under it.
@@ -227,10 +250,10 @@ def _read_limited(path: Path, limit: int) -> bytes:
     return data
 
 
-def _read_answer(out: Path, code: int) -> Prepared:
+def _read_answer(out: Path, code: int, seconds: float) -> Prepared:
     """Turn the files a child wrote (and how it ended) into a Prepared or the error it met."""
     if code == -signal.SIGXCPU:
-        raise BudgetExceeded(f"preparing the file took more than {EXTRACTION_SECONDS} s of CPU")
+        raise BudgetExceeded(f"preparing the file took more than {seconds} s of CPU")
     if code != 0:
         raise ChildCrashed(f"the process preparing the file was {_describe_exit(code)}")
     try:
@@ -245,6 +268,7 @@ def _read_answer(out: Path, code: int) -> Prepared:
         text=_read_limited(out / zygote.TEXT, _MAX_TEXT_BYTES).decode("utf-8", errors="replace"),
         chunks=_chunks_of(answer.get("chunks")),
         pages=_optional_int(answer.get("pages")),
+        ocr_pages=_optional_int(answer.get("ocr_pages")),
         thumbnail=(
             _read_limited(out / zygote.THUMBNAIL, _MAX_THUMBNAIL_BYTES)
             if answer.get("thumbnail") is True
@@ -282,12 +306,27 @@ def _optional_int(value: object) -> int | None:
 
 
 def _chunks_of(value: object) -> list[Chunk]:
-    """The passages of an answer, each ``[text, page]``, checked."""
+    """The passages of an answer, each ``[text, page, page name, tokens]``, checked."""
     if not isinstance(value, list) or len(value) > MAX_CHUNKS:
         raise ChildCrashed("the process preparing the file left malformed passages")
     chunks = []
     for seq, item in enumerate(value):
-        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+        if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], str)):
             raise ChildCrashed("the process preparing the file left malformed passages")
-        chunks.append(Chunk(item[0], _optional_int(item[1]), seq))
+        chunks.append(
+            Chunk(
+                item[0],
+                _optional_int(item[1]),
+                seq,
+                page_name=_page_name(item[2]),
+                tokens=_optional_int(item[3]),
+            )
+        )
     return chunks
+
+
+def _page_name(value: object) -> str | None:
+    """A passage's page name (an xlsx sheet) of an answer: None or a short string, checked."""
+    if value is None or (isinstance(value, str) and len(value) <= _MAX_PAGE_NAME_CHARS):
+        return value
+    raise ChildCrashed("the process preparing the file left malformed passages")

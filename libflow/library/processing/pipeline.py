@@ -23,8 +23,8 @@ from arq.worker import Retry
 
 from libflow.ids import iso, utcnow
 from libflow.jobs import Job, JobQueue, Lane
-from libflow.library.embeddings.interface import Embedder, EmbeddingError
-from libflow.library.filetypes import DOCUMENT_TYPES
+from libflow.library.embeddings.interface import ESTIMATED_SIZING, Embedder, EmbeddingError
+from libflow.library.filetypes import DOCUMENT_TYPES, TEXT_TYPES
 from libflow.library.processing.budgets import (
     HEARTBEAT_SECONDS,
     LARGE_DOCUMENT_BYTES,
@@ -36,7 +36,7 @@ from libflow.library.processing.budgets import (
     BudgetExceeded,
 )
 from libflow.library.processing.budgets import MAX_ATTEMPTS as MAX_ATTEMPTS
-from libflow.library.processing.extract import ExtractionError
+from libflow.library.processing.extracted import ExtractionError
 from libflow.library.processing.isolation import ChildCrashed, PreparationFailed, prepare_in_child
 from libflow.library.processing.thumbnails import ThumbnailError
 from libflow.library.search_index import remove_file_index, write_file_index
@@ -49,8 +49,12 @@ logger = logging.getLogger("libflow.workers.files")
 # arq's time limit of the job: the pipeline's own PROCESSING_SECONDS ends it first.
 PROCESS_FILE_TIMEOUT = PROCESSING_SECONDS + 60
 _RETRY_TRIES = 4
-_TEXT_TYPES = frozenset({"txt", "csv"})
+# Read whole as text: one over MAX_TEXT_FILE_BYTES is refused before it is downloaded.
+_TEXT_FILE_TYPES = frozenset({"txt", "csv", "md", "html"})
 TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
+# The warning of a file done without any text to search (a scan without the `ocr` extra, or
+# one where OCR found nothing, a photo, an empty document).
+NO_TEXT = "NO_TEXT"
 
 # Files this process is processing right now (and how many of its jobs are at each: two,
 # briefly, when one took a file over from another): a second job for one of them (a
@@ -239,9 +243,9 @@ async def _back_to_pending(file: LibraryFile) -> None:
 
 
 async def _run_pipeline(file: LibraryFile, storage: Storage, embedder: Embedder | None) -> None:
-    document = file.file_type in DOCUMENT_TYPES
+    document = file.file_type in TEXT_TYPES
     searchable = document and not file.prevent_search
-    if file.file_type in _TEXT_TYPES and file.size > MAX_TEXT_FILE_BYTES:
+    if file.file_type in _TEXT_FILE_TYPES and file.size > MAX_TEXT_FILE_BYTES:
         # Known from finalize: refused before a byte is downloaded.
         raise _Failed(
             f"the text file is larger than {MAX_TEXT_FILE_BYTES // MIB} MiB, too large to index"
@@ -255,7 +259,11 @@ async def _run_pipeline(file: LibraryFile, storage: Storage, embedder: Embedder 
         await _save(file, "sha256", "size", downloaded=True)
         try:
             prepared = await prepare_in_child(
-                local, file.file_type, chunk=searchable, work_dir=Path(tmp)
+                local,
+                file.file_type,
+                chunk=searchable,
+                work_dir=Path(tmp),
+                sizing=ESTIMATED_SIZING if embedder is None else embedder.passage_sizing,
             )
         except (ExtractionError, ThumbnailError) as err:
             raise _Failed(str(err)) from err
@@ -267,7 +275,9 @@ async def _run_pipeline(file: LibraryFile, storage: Storage, embedder: Embedder 
         await storage.write(text_key(file.project_id, file.id), text, TEXT_CONTENT_TYPE)
     file.pages = prepared.pages
     file.chunks = len(prepared.chunks) if searchable else None
-    await _save(file, "pages", "chunks", extracted=True)
+    file.ocr_pages = prepared.ocr_pages
+    file.warning = NO_TEXT if document and not prepared.text.strip() else None
+    await _save(file, "pages", "chunks", "ocr_pages", "warning", extracted=True)
 
     if searchable:
         vectors = None
@@ -294,7 +304,7 @@ async def _run_pipeline(file: LibraryFile, storage: Storage, embedder: Embedder 
 async def _fail(file: LibraryFile, storage: Storage, error: str) -> None:
     """End as failed, without the stored text an earlier attempt may have left."""
     await _finish(file, error=error)
-    if file.file_type in DOCUMENT_TYPES:
+    if file.file_type in TEXT_TYPES:
         try:
             await storage.delete(text_key(file.project_id, file.id))
         except StorageError:
@@ -309,10 +319,11 @@ async def _finish(file: LibraryFile, *, error: str | None) -> None:
         await remove_file_index(file.id, file.project_id)
         file.indexed = False
         file.chunks = None
+        file.warning = None  # the error says what went wrong
     file.status = ProcessingStatus.FAILED if error else ProcessingStatus.DONE
     file.error = error
     file.updating = False
-    await _save(file, "status", "error", "updating", "indexed", "chunks", finished=True)
+    await _save(file, "status", "error", "updating", "indexed", "chunks", "warning", finished=True)
 
 
 def _interrupted(attempts: int) -> str:

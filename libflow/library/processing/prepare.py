@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from libflow.library.filetypes import DOCUMENT_TYPES
+from libflow.library.embeddings.interface import ESTIMATED_SIZING, PassageSizing
+from libflow.library.filetypes import IMAGE_TYPES, TEXT_TYPES
 from libflow.library.processing.budgets import MAX_CHUNKS
 from libflow.library.processing.chunking import Chunk, chunk_segments
 from libflow.library.processing.extract import extract_text
@@ -20,13 +21,16 @@ from libflow.library.processing.thumbnails import THUMBNAIL_TYPES, render_thumbn
 class Prepared:
     """What a file yields: its text and passages (documents), page count, thumbnail."""
 
-    text: str  # every segment with text, in order, blank-line separated; "" for images
+    text: str  # every segment with text, in order, blank-line separated
     chunks: list[Chunk]
     pages: int | None
     thumbnail: bytes | None
+    ocr_pages: int | None = None  # pages (or the image) OCR read
 
 
-def prepare_file(path: Path, file_type: str, *, chunk: bool) -> Prepared:
+def prepare_file(
+    path: Path, file_type: str, *, chunk: bool, sizing: PassageSizing = ESTIMATED_SIZING
+) -> Prepared:
     """Extract a document's text (chunked when ``chunk``) and render the thumbnail.
 
     Raises ExtractionError, ThumbnailError or BudgetExceeded for a corrupt, hostile or
@@ -34,12 +38,16 @@ def prepare_file(path: Path, file_type: str, *, chunk: bool) -> Prepared:
     """
     text = ""
     chunks: list[Chunk] = []
-    pages: int | None = None
-    if file_type in DOCUMENT_TYPES:
+    pages = ocr_pages = None
+    # An image is decoded for its thumbnail first: a corrupt image or a pixel bomb fails
+    # there, with the thumbnail's message, before OCR reads it.
+    thumbnail = render_thumbnail(path, file_type) if file_type in IMAGE_TYPES else None
+    if file_type in TEXT_TYPES:
         extraction = extract_text(path, file_type)
-        pages = extraction.pages
+        pages, ocr_pages = extraction.pages, extraction.ocr_pages
         text = "\n\n".join(s.text for s in extraction.segments if s.text.strip())
         if chunk:
-            chunks = chunk_segments(extraction.segments, max_chunks=MAX_CHUNKS)
-    thumbnail = render_thumbnail(path, file_type) if file_type in THUMBNAIL_TYPES else None
-    return Prepared(text=text, chunks=chunks, pages=pages, thumbnail=thumbnail)
+            chunks = chunk_segments(extraction.segments, sizing, max_chunks=MAX_CHUNKS)
+    if file_type in THUMBNAIL_TYPES and file_type not in IMAGE_TYPES:
+        thumbnail = render_thumbnail(path, file_type)
+    return Prepared(text=text, chunks=chunks, pages=pages, thumbnail=thumbnail, ocr_pages=ocr_pages)

@@ -46,25 +46,28 @@ def render_thumbnail(path: Path, file_type: str) -> bytes | None:
     """Render the WEBP thumbnail of the file at path, or None for a type that gets none."""
     file_type = file_type.lower()
     if file_type in IMAGE_TYPES:
-        return _encode_webp(_load_image(path))
+        return _encode_webp(load_image(path))
     if file_type == "pdf":
         return _encode_webp(_render_pdf_first_page(path))
     return None
 
 
-def _load_image(path: Path) -> Image.Image:
-    """Decode the first frame of the image at path, upright, as RGB or RGBA, at most 256 px."""
+def load_image(path: Path, side: int = THUMBNAIL_SIDE) -> Image.Image:
+    """Decode the first frame of the image at path, upright, as RGB or RGBA, at most ``side`` px.
+
+    Thumbnails and OCR both read images through this, under the same pixel budget.
+    """
     with path.open("rb") as fp:
         try:
             with Image.open(fp, formats=_IMAGE_FORMATS) as source:
                 _refuse_pixel_bomb(source.size)
                 if source.format == "JPEG":
                     # Let libjpeg decode at 1/2, 1/4 or 1/8 scale: fast and small in memory.
-                    source.draft(source.mode, (THUMBNAIL_SIDE, THUMBNAIL_SIDE))
+                    source.draft(source.mode, (side, side))
                 source.load()  # the first frame only: animations are never seeked
                 icc_profile = source.info.get("icc_profile") if source.mode in _RGB_MODES else None
                 image = _to_output_mode(ImageOps.exif_transpose(source))
-                image.thumbnail((THUMBNAIL_SIDE, THUMBNAIL_SIDE), Image.Resampling.LANCZOS)
+                image.thumbnail((side, side), Image.Resampling.LANCZOS)
         except ThumbnailError:
             raise
         except UnidentifiedImageError as err:

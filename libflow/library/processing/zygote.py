@@ -18,6 +18,8 @@ server.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import json
 import os
 import resource
@@ -31,12 +33,16 @@ from pathlib import Path
 from typing import Any
 
 import docx
+import openpyxl
 import pptx
 import pypdfium2 as pdfium
-from PIL import Image
+from PIL import Image, ImageDraw
 
+from libflow.library.embeddings.interface import ESTIMATED_SIZING, PassageSizing
+from libflow.library.processing import chunking
 from libflow.library.processing.budgets import BudgetExceeded
-from libflow.library.processing.extract import ExtractionError
+from libflow.library.processing.extracted import ExtractionError
+from libflow.library.processing.ocr import ocr_engine
 from libflow.library.processing.prepare import prepare_file
 from libflow.library.processing.thumbnails import ThumbnailError
 
@@ -47,6 +53,9 @@ READY = b"ready\n"
 # Exit code of a child whose own error handling failed (its answer may be missing).
 _BROKEN = 70
 _MAX_REQUEST_BYTES = 64 * 1024
+# glibc's mallopt parameter, and its default value (which glibc raises as blocks are freed).
+_M_MMAP_THRESHOLD = -3
+_MMAP_THRESHOLD_BYTES = 128 * 1024
 # What the CPU-time limit adds to the wall-clock budget: the parent's clock normally ends a
 # child first; this one ends a child whose parent (and server) went away.
 _CPU_GRACE_SECONDS = 5
@@ -91,6 +100,18 @@ def _valid_text(text: str) -> str:
     return text
 
 
+def _sizing(request: dict[str, Any]) -> PassageSizing:
+    """How the request's passages are cut: for its embedder, else by the estimate."""
+    value = request.get("sizing")
+    return ESTIMATED_SIZING if value is None else PassageSizing.from_json(value)
+
+
+def _preload(request: dict[str, Any]) -> None:
+    """Load the request's tokenizer here, once, rather than in each child (about 30 ms)."""
+    with contextlib.suppress(Exception):  # a child meets the same error, and reports it
+        chunking.preload(_sizing(request))
+
+
 def prepare_and_answer(request: dict[str, Any]) -> None:
     """In the child: limit this process, prepare the file, and write the answer files."""
     limit_self(int(request["memory_bytes"]), int(request["cpu_seconds"]))
@@ -98,14 +119,21 @@ def prepare_and_answer(request: dict[str, Any]) -> None:
     answer: dict[str, Any]
     try:
         prepared = prepare_file(
-            Path(request["source"]), str(request["file_type"]), chunk=bool(request["chunk"])
+            Path(request["source"]),
+            str(request["file_type"]),
+            chunk=bool(request["chunk"]),
+            sizing=_sizing(request),
         )
         (out / TEXT).write_text(_valid_text(prepared.text), encoding="utf-8")
         if prepared.thumbnail is not None:
             (out / THUMBNAIL).write_bytes(prepared.thumbnail)
         answer = {
             "pages": prepared.pages,
-            "chunks": [[_valid_text(chunk.text), chunk.page] for chunk in prepared.chunks],
+            "ocr_pages": prepared.ocr_pages,
+            "chunks": [
+                [_valid_text(chunk.text), chunk.page, chunk.page_name, chunk.tokens]
+                for chunk in prepared.chunks
+            ],
             "thumbnail": prepared.thumbnail is not None,
         }
         del prepared
@@ -182,6 +210,7 @@ class _Server:
         except (OSError, ValueError):
             conn.close()
             return
+        _preload(request)
         pid = os.fork()
         if pid == 0:
             self._become_child(conn, request)
@@ -269,8 +298,12 @@ def _warm_up() -> None:
     """Do once here what each child would otherwise do first, on small files made here.
 
     The first WEBP encoding, the first docx and pptx opened and the first text chunked cost
-    a child 30-100 ms more than the next ones (lazy imports, parser and regex set-up).
+    a child 30-100 ms more than the next ones (lazy imports, parser and regex set-up). The
+    OCR engine (with the `ocr` extra) is loaded here once, and its first reading done, rather
+    than in every child: about 0.3 s and 100 MB of models.
     """
+    with contextlib.suppress(Exception):  # a broken install fails each child's OCR instead
+        ocr_engine()
     with tempfile.TemporaryDirectory(prefix="libflow-warm-") as tmp:
         folder = Path(tmp)
         document = pdfium.PdfDocument.new()
@@ -279,7 +312,9 @@ def _warm_up() -> None:
             document.save(str(folder / "warm.pdf"))
         finally:
             document.close()
-        Image.new("RGB", (8, 8)).save(folder / "warm.png")
+        picture = Image.new("RGB", (240, 60), "white")
+        ImageDraw.Draw(picture).text((10, 10), "Warm 42", fill="black", font_size=32)
+        picture.save(folder / "warm.png")
         text = docx.Document()
         text.add_paragraph("Warm words. Some more of them.")
         text.save(str(folder / "warm.docx"))
@@ -287,15 +322,52 @@ def _warm_up() -> None:
         deck.slides.add_slide(deck.slide_layouts[1]).shapes.title.text = "Warm"
         deck.save(str(folder / "warm.pptx"))
         (folder / "warm.txt").write_bytes("Warm words, caf\u00e9.".encode("cp1252"))
-        for name in ("warm.pdf", "warm.png", "warm.docx", "warm.pptx", "warm.txt"):
+        sheets = openpyxl.Workbook()
+        sheets.active.append(["Warm", 42])  # type: ignore[union-attr]
+        sheets.save(folder / "warm.xlsx")
+        (folder / "warm.html").write_text("<title>Warm</title><p>Warm <b>words</b></p>")
+        warm = ("warm.pdf", "warm.png", "warm.docx", "warm.pptx", "warm.txt", "warm.xlsx")
+        for name in (*warm, "warm.html"):
             with contextlib.suppress(Exception):  # a warm-up only: a child would meet it too
                 prepare_file(folder / name, name.rsplit(".", 1)[1], chunk=True)
+
+
+def _glibc() -> ctypes.CDLL | None:
+    """The C library when it is glibc (it has mallopt and malloc_trim), else None."""
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    if libc is None or not (hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim")):
+        return None
+    return libc
+
+
+def _unmap_what_is_freed() -> None:
+    """Have glibc's malloc give freed memory back rather than keep it mapped.
+
+    A child's memory budget is address space over what it starts with: memory the warm-up
+    freed (the OCR engine's first reading frees hundreds of MB) but malloc kept mapped would
+    be the child's on top of its budget. So large blocks are mapped on their own (unmapped
+    when freed: a fixed threshold, where glibc would raise it after the first such free).
+    Another malloc: the budget counts whatever it keeps.
+    """
+    libc = _glibc()
+    if libc is not None:
+        libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
+
+
+def _trim_heap() -> None:
+    """Give the heap's free memory back to the system (glibc), once warm."""
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
 def main(argv: list[str]) -> int:
     """Serve on the Unix socket named by the first argument until stdin closes."""
     [path] = argv
+    _unmap_what_is_freed()
     _warm_up()
+    _trim_heap()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)

@@ -1,0 +1,153 @@
+// Small DOM helpers: every text reaches the page as text (never as HTML).
+
+export function h(tag, attrs = {}, ...children) {
+  const element = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name.startsWith("on")) element.addEventListener(name.slice(2), value);
+    else if (name === "class") element.className = value;
+    else if (name === "dataset") Object.assign(element.dataset, value);
+    else if (name === "value") element.value = value;
+    else if (name === "checked" || name === "selected") element[name] = Boolean(value);
+    else element.setAttribute(name, value === true ? "" : value);
+  }
+  append(element, children);
+  return element;
+}
+
+function append(element, children) {
+  for (const child of children.flat(Infinity)) {
+    if (child === null || child === undefined || child === false) continue;
+    element.append(child instanceof Node ? child : String(child));
+  }
+}
+
+export function replace(element, ...children) {
+  element.replaceChildren();
+  append(element, children);
+  return element;
+}
+
+let nextId = 0;
+export const uid = (prefix) => `${prefix}-${++nextId}`;
+
+// A labelled form field: the label names the control for screen readers and clicks.
+export function field(label, control, hint) {
+  control.id ||= uid("field");
+  const hintId = hint ? uid("hint") : null;
+  if (hintId) control.setAttribute("aria-describedby", hintId);
+  return h("div", { class: "field" },
+    h("label", { for: control.id }, label),
+    control,
+    hint && h("small", { id: hintId, class: "muted" }, hint));
+}
+
+export function select(name, options, value) {
+  return h("select", { name },
+    options.map(([optionValue, text]) => h("option", { value: optionValue, selected: optionValue === value }, text)));
+}
+
+export function formatBytes(bytes) {
+  if (bytes === null || bytes === undefined) return "";
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit++; }
+  return `${unit ? value.toFixed(value < 10 ? 1 : 0) : value} ${units[unit]}`;
+}
+
+export function formatDate(iso) {
+  if (!iso) return "";
+  const date = new Date(iso);
+  return h("time", { datetime: iso, title: iso },
+    date.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" }));
+}
+
+export function formatMs(ms) {
+  if (ms === null || ms === undefined || Number.isNaN(ms)) return "";
+  return ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(ms < 10000 ? 2 : 1)} s`;
+}
+
+export function duration(startIso, endIso) {
+  if (!startIso || !endIso) return null;
+  return new Date(endIso) - new Date(startIso);
+}
+
+export const shortId = (id) => (id && id.length > 10 ? `${id.slice(0, 8)}…` : id);
+
+export function badge(status, text = status) {
+  return h("span", { class: `badge badge-${String(status).replace(/[^a-z_]/gi, "")}` }, text);
+}
+
+export function jsonBlock(value, label) {
+  return h("pre", { class: "json", tabindex: 0, "aria-label": label }, JSON.stringify(value, null, 2));
+}
+
+export function definitionList(pairs) {
+  return h("dl", { class: "facts" },
+    pairs.filter(([, value]) => value !== undefined && value !== null && value !== "")
+      .map(([term, value]) => [h("dt", {}, term), h("dd", {}, value)]));
+}
+
+export function errorMessage(error) {
+  if (error?.name === "AbortError") return null;
+  const code = error?.code ? `${error.code}: ` : "";
+  return `${code}${error?.message || error}`;
+}
+
+export function errorBox(error) {
+  return h("p", { class: "error", role: "alert" }, errorMessage(error));
+}
+
+// A short message for everyone: shown, and read out by the live region it is written to.
+export function announce(message, kind = "info") {
+  const toasts = document.getElementById("toasts");
+  const toast = h("p", { class: `toast toast-${kind}` }, message);
+  toasts.append(toast);
+  setTimeout(() => toast.remove(), kind === "error" ? 10000 : 5000);
+}
+
+export function copyButton(text, label = "Copy") {
+  return h("button", {
+    type: "button",
+    class: "small",
+    onclick: async () => {
+      await navigator.clipboard?.writeText(text);
+      announce("Copied");
+    },
+  }, label);
+}
+
+export function viewHeader(title, ...extra) {
+  return h("div", { class: "view-head" }, h("h1", { tabindex: -1 }, title), ...extra);
+}
+
+// Run `work` on a button press, with the button busy meanwhile and errors announced.
+export async function busy(button, work) {
+  if (!button) return work();
+  button.disabled = true;
+  button.setAttribute("aria-busy", "true");
+  try {
+    return await work();
+  } catch (error) {
+    const message = errorMessage(error);
+    if (message) announce(message, "error");
+    return undefined;
+  } finally {
+    button.disabled = false;
+    button.removeAttribute("aria-busy");
+  }
+}
+
+export function tableOf(caption, headers, rows) {
+  return h("div", { class: "table-wrap" },
+    h("table", {},
+      h("caption", { class: "sr-only" }, caption),
+      h("thead", {}, h("tr", {}, headers.map((text) => h("th", { scope: "col" }, text)))),
+      h("tbody", {}, rows)));
+}
+
+export function cell(label, ...content) {
+  // data-label: the column's name, shown beside the value when a narrow screen stacks rows.
+  return h("td", { "data-label": label }, h("span", {}, ...content));
+}
