@@ -197,3 +197,34 @@ async def test_the_sync_client_blocks_and_iterates(api: Api) -> None:
     names, workflows = await asyncio.to_thread(use_it)
     assert names[0] == "run.queued" and names[-1] == "run.finished"
     assert workflows == ["sync"]
+
+
+async def test_updates_a_file_reads_its_passages_and_reprocesses_it(
+    libflow: LibflowClient,
+) -> None:
+    folder = await libflow.library.create_folder("birds")
+    record = await libflow.library.upload(
+        b"Penguins huddle together through the polar night.", name="night.txt"
+    )
+    await libflow.library.wait_processed(record["id"])
+    moved = await libflow.library.update_file(
+        record["id"], name="huddle.txt", dir=folder["id"], metadata={"topic": "birds"}
+    )
+    assert (moved["name"], moved["dir"], moved["metadata"]) == (
+        "huddle.txt",
+        folder["id"],
+        {"topic": "birds"},
+    )
+    [passage] = [chunk async for chunk in libflow.library.iter_chunks(record["id"])]
+    assert passage["index"] == 0 and "polar night" in passage["text"]
+    hits = await libflow.library.search("polar", filter={"topic": "birds"}, mode="keyword")
+    assert [hit["fileId"] for hit in hits] == [record["id"]]
+    assert await libflow.library.search("polar", filter={"topic": "fish"}) == []
+
+    again = await libflow.library.reprocess(record["id"])
+    assert again["updating"] is True
+    assert (await libflow.library.wait_processed(record["id"]))["processing"]["status"] == "done"
+
+
+async def test_health_reports_the_server_ready(libflow: LibflowClient) -> None:
+    assert (await libflow.health())["status"] == "ok"
