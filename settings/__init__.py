@@ -43,6 +43,9 @@ class Settings(BaseModel):
     # space, so a change re-embeds. Its threads default to the CPUs this process may use.
     embedding_backend: Literal["onnx-int8", "onnx", "torch"] = "onnx-int8"
     embedding_threads: int | None = Field(default=None, gt=0)
+    # Where the local model's ONNX export and tokenizer are kept (default: <data dir>/models);
+    # processes that share it export the model once.
+    model_cache_dir: Path | None = None
     # What an OpenAI-compatible model reads of one text, for a model libflow does not know
     # (text-embedding-3-* and ada-002: 8,191); passages are cut to fit it.
     embedding_max_tokens: int | None = Field(default=None, ge=16)
@@ -84,6 +87,11 @@ class Settings(BaseModel):
             return self.public_base_url.rstrip("/")
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host  # noqa: S104
         return f"http://{host}:{self.port}"
+
+    @property
+    def resolved_model_cache_dir(self) -> Path:
+        """Where the local model's exports are kept."""
+        return self.model_cache_dir or self.data_dir / "models"
 
     @property
     def storage_dir(self) -> Path:

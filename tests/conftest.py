@@ -7,6 +7,7 @@ import contextvars
 import os
 import secrets
 import subprocess
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -30,6 +31,12 @@ from tests.s3server import s3_endpoint  # noqa: F401  (a fixture)
 from workers.worker import LibflowWorker, worker_settings
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+# The local model's ONNX export, shared by every test server and process (each data dir
+# would otherwise export it again, seconds each); keyed by the weights, so never stale.
+MODEL_CACHE = Path(tempfile.gettempdir()) / "libflow-test-model-cache"
+os.environ["LIBFLOW_MODEL_CACHE_DIR"] = str(MODEL_CACHE)
 
 
 def fixture_bytes(name: str) -> bytes:
@@ -190,6 +197,7 @@ def base_settings(data_dir: Path, **overrides: Any) -> Settings:
         "secret_key": "test-secret",
         "api_key_cache_seconds": 0,
         "log_level": "WARNING",
+        "model_cache_dir": MODEL_CACHE,
     }
     values.update(overrides)
     return Settings(**values)

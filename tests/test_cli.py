@@ -27,7 +27,11 @@ API = "/api/publicv1"
 
 def clean_env(data_dir: Path, **extra: str) -> dict[str, str]:
     """The caller's environment without its LIBFLOW_* settings, with this data dir."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LIBFLOW_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("LIBFLOW_") or k == "LIBFLOW_MODEL_CACHE_DIR"
+    }
     env["LIBFLOW_DATA_DIR"] = str(data_dir)
     env.update(extra)
     return env

@@ -556,7 +556,11 @@ async def test_the_migration_seals_webhook_secrets_stored_in_clear(
 
 def rotate_key(settings: Settings, new_key: str, old_key: str) -> subprocess.CompletedProcess[str]:
     """``libflow secrets rotate-key --json`` as an operator runs it, on the deployment."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LIBFLOW_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("LIBFLOW_") or k == "LIBFLOW_MODEL_CACHE_DIR"
+    }
     env.update(
         LIBFLOW_DATA_DIR=str(settings.data_dir),
         LIBFLOW_SECRET_KEY=new_key,

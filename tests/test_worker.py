@@ -37,7 +37,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def _run_worker_script(
     data_dir: Path, **env: str
 ) -> tuple[subprocess.CompletedProcess[str], float]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("LIBFLOW_")}
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("LIBFLOW_") or k == "LIBFLOW_MODEL_CACHE_DIR"
+    }
     started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "run_worker.py"],

@@ -25,7 +25,11 @@ T = TypeVar("T")
 
 def libflow_env(data_dir: Path, **settings: str) -> dict[str, str]:
     """This environment without its LIBFLOW_* settings, plus the given ones."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LIBFLOW_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("LIBFLOW_") or k == "LIBFLOW_MODEL_CACHE_DIR"
+    }
     env.update(
         LIBFLOW_DATA_DIR=str(data_dir),
         LIBFLOW_LOG_LEVEL="WARNING",

@@ -61,7 +61,7 @@ async def _open_local(settings: Settings) -> LocalEmbedder | None:
             batch_size=settings.embedding_batch_size,
             backend=backend,
             threads=settings.embedding_threads,
-            cache_dir=settings.data_dir / "models",
+            cache_dir=settings.resolved_model_cache_dir,
         )
     except ModuleNotFoundError as err:
         if err.name in ONNX_MODULES and backend != "torch":
