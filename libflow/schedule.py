@@ -140,6 +140,8 @@ async def periodic_jobs_in_process(
     # (a caller that waits for the queue to drain then finds them done).
     holds = lock is None or lock.try_take()
     if holds:
+        if lock is not None:
+            logger.info("the periodic jobs run in this process (pid %d)", os.getpid())
         await _queue_start_up_jobs(queue)
     task = asyncio.create_task(_run_periodic_jobs(queue, lock, holds=holds))
     try:
