@@ -75,7 +75,12 @@ async def test_after_a_killed_worker_every_delivery_agrees_with_its_run(
         states = [d["status"] for d in found]
         return True if "running" in states and "succeeded" in states else None
 
-    await asyncio.to_thread(wait_for, mid_stream, 60, f"nothing ran:\n{worker.output()}")
+    try:
+        # A worker loads the embedding model first (and exports it, on a fresh cache).
+        await asyncio.to_thread(wait_for, mid_stream, 120, "nothing ran")
+    except AssertionError:
+        worker.stop()
+        raise AssertionError(f"nothing ran:\n{worker.output()}") from None
     worker.kill()  # SIGKILL, with runs in flight and records half written
 
     # What the next start-up's sweep does once the claims are stale, done now.
