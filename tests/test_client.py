@@ -32,6 +32,11 @@ async def libflow(shaped_api: Api) -> AsyncIterator[LibflowClient]:
             yield client
     finally:
         if worker is not None and polling is not None:
+            # Its jobs end first: a job cancelled mid-download would leave its file open.
+            for _ in range(200):
+                if not worker.tasks:
+                    break
+                await asyncio.sleep(0.05)
             polling.cancel()
             await asyncio.gather(polling, return_exceptions=True)
             await asyncio.create_task(worker.close(), context=contextvars.Context())

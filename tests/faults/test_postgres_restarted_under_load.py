@@ -65,6 +65,7 @@ class Load:
             await asyncio.sleep(0.02)
 
 
+@pytest.mark.flaky(reruns=1)
 async def test_a_postgres_restart_is_503_while_down_and_the_service_recovers_by_itself(
     server: Server, postgres: PrivatePostgres
 ) -> None:

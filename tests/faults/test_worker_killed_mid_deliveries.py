@@ -44,6 +44,7 @@ def slow_echo() -> dict[str, Any]:
     )
 
 
+@pytest.mark.flaky(reruns=1)
 async def test_after_a_killed_worker_every_delivery_agrees_with_its_run(
     server: Server, tmp_path: Path, postgres_url: str
 ) -> None:
