@@ -44,13 +44,13 @@ def add_runs_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _run_options(s)
     s.add_argument("--watch", action="store_true", help="then follow its events, as watch")
     s.add_argument("--json", action="store_true", help="with --watch: one JSON event per line")
-    _connection_options(s)
+    add_connection_options(s)
     s.set_defaults(run=runs_start)
 
     g = actions.add_parser("get", help="print a run's record as JSON")
     _project_argument(g)
     g.add_argument("run_id", metavar="RUN_ID", help="run id")
-    _connection_options(g)
+    add_connection_options(g)
     g.set_defaults(run=runs_get)
 
     li = actions.add_parser(
@@ -71,7 +71,7 @@ def add_runs_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     li.add_argument("--all", action="store_true", help="every page, not just the first")
     li.add_argument("--json", action="store_true", help="print a JSON array of run records")
-    _connection_options(li)
+    add_connection_options(li)
     li.set_defaults(run=runs_list)
 
     w = actions.add_parser(
@@ -84,22 +84,18 @@ def add_runs_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _project_argument(w)
     w.add_argument("run_id", metavar="RUN_ID", help="run id")
     w.add_argument("--json", action="store_true", help="one JSON object per event: id, event, data")
-    _connection_options(w)
+    add_connection_options(w)
     w.set_defaults(run=runs_watch)
 
     c = actions.add_parser("cancel", help="cancel a run; print its record as JSON")
     _project_argument(c)
     c.add_argument("run_id", metavar="RUN_ID", help="run id")
-    _connection_options(c)
+    add_connection_options(c)
     c.set_defaults(run=runs_cancel)
 
 
 def _project_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("project", help="project id")
-
-
-def _connection_options(parser: argparse.ArgumentParser) -> None:
-    add_connection_options(parser)
 
 
 def _name_value(text: str) -> tuple[str, str]:
@@ -249,7 +245,7 @@ def add_run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     r.add_argument("workflow_id", metavar="WORKFLOW_ID", help="workflow id")
     _run_options(r)
     r.add_argument("--json", action="store_true", help="print runsync's answer as JSON")
-    _connection_options(r)
+    add_connection_options(r)
     r.set_defaults(run=run_sync)
 
 
