@@ -1,12 +1,18 @@
 """Soak: minutes of mixed load on the embedded shape; memory at the start and the end, errors.
 
-``python -m bench.soak [--minutes 10]``. One ``run_server.py`` (SQLite, local storage,
-in-process jobs, the default embedder) takes, at once and at steady rates: uploads (create,
-PUT, finalize), file lists, searches, runsync calls and signed webhook deliveries. The
-server's resident memory is sampled throughout; the report compares the first sample after
-the warm-up with the last. Every answer that is not the expected status is an error, and
-at the end every accepted delivery must have run exactly once and every upload be processed.
-Not part of ``python -m bench``: it takes ten minutes by design.
+``python -m bench.soak [--minutes 10] [--workers N]``. One ``run_server.py`` (SQLite, local
+storage, in-process jobs, the default embedder) takes, at once and at steady rates: uploads
+(create, PUT, finalize), file lists, searches, runsync calls and signed webhook deliveries.
+The server's resident memory is sampled throughout; the report compares the first sample
+after the warm-up with the last. Every answer that is not the expected status is an error,
+and at the end every accepted delivery must have run exactly once and every upload be
+processed. Not part of ``python -m bench``: it takes ten minutes by design.
+
+``--workers N`` (N > 1) starts ``run_server.py --workers N``: a supervisor and N server
+processes on one port. The RSS of each of them (the servers found as the supervisor's
+children, labelled by their slot) is sampled and compared on its own, and a server that
+the supervisor had to start again during the soak (its pid gone or a new one among the
+children, or a restart in the log) is an error.
 
 ``--hostile`` adds, at low rates, what one API key could send to exhaust the server: a
 template that would build gigabytes, a run that sets huge outputs, JSON with NaN, and a
@@ -26,6 +32,7 @@ import hmac
 import io
 import json
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +48,8 @@ from yarl import URL
 
 from bench import runsync, webhooks
 from bench._common import (
+    PYTHON,
+    SERVER_START_TIMEOUT,
     BenchError,
     Report,
     Result,
@@ -50,7 +59,9 @@ from bench._common import (
     libflow_server,
     read_proc_status,
     render_table,
+    server,
 )
+from libflow.supervisor import GROUP_SLOT_ENV
 
 NAME = "soak"
 WARMUP_SECONDS = 30
@@ -291,16 +302,101 @@ class Soak:
             self.tally.errors[f"{kind}: {type(err).__name__}: {err}"[:160]] += 1
 
 
-async def _sample_memory(pid: int, samples: list[tuple[float, int]], until: float) -> None:
+def _rss(pid: int) -> int | None:
+    """The resident memory of ``pid`` in bytes; None once it is gone (or a zombie)."""
+    try:
+        return read_proc_status(pid)["VmRSS"] * 1024
+    except (OSError, KeyError):
+        return None
+
+
+def _children(pid: int) -> set[int]:
+    """The pids of ``pid``'s children, from /proc/PID/task/*/children or else a /proc scan."""
+    files = list(Path(f"/proc/{pid}/task").glob("*/children"))
+    if files:
+        found: set[int] = set()
+        for path in files:
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                found.update(int(child) for child in path.read_text().split())
+        return found
+    # Without CONFIG_PROC_CHILDREN: the parent pid is the second field after "(comm)".
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if int(stat.read_text().rpartition(")")[2].split()[1]) == pid:
+                found.add(int(stat.parent.name))
+    return found
+
+
+def _slot(pid: int) -> str:
+    """A supervised server's slot, from its environment ("?" when unreadable)."""
+    with contextlib.suppress(OSError):
+        for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+            name, _, value = entry.partition(b"=")
+            if name == GROUP_SLOT_ENV.encode():
+                return value.decode()
+    return "?"
+
+
+@dataclass
+class Watch:
+    """The processes whose RSS is sampled (label -> pid), and changes among the servers.
+
+    With a supervisor, its servers must stay the children it had after the start: a pid
+    that goes, or one that appears, is a server that died and was started again.
+    """
+
+    pids: dict[str, int]
+    supervisor: int | None = None
+    samples: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    gone: dict[int, float] = field(default_factory=dict)
+    new: dict[int, float] = field(default_factory=dict)
+
+    def sample(self, at: float) -> None:
+        for label, pid in self.pids.items():
+            rss = _rss(pid)
+            if rss is not None:
+                self.samples.setdefault(label, []).append((at, rss))
+        if self.supervisor is None:
+            return
+        servers = {pid for label, pid in self.pids.items() if label != "supervisor"}
+        now = _children(self.supervisor)
+        for pid in servers - now:
+            self.gone.setdefault(pid, at)
+        for pid in now - servers:
+            self.new.setdefault(pid, at)
+
+    def changes(self) -> list[str]:
+        return [f"server pid {pid} gone at {at:.0f}s" for pid, at in self.gone.items()] + [
+            f"new server pid {pid} at {at:.0f}s" for pid, at in self.new.items()
+        ]
+
+
+def _watch(proc: subprocess.Popen[bytes], workers: int, timeout: float = 60) -> Watch:
+    """What to sample: the server alone, or the supervisor and its ``workers`` servers."""
+    if workers == 1:
+        return Watch({"server": proc.pid})
+    deadline = time.monotonic() + timeout
+    while len(children := _children(proc.pid)) < workers:
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise BenchError(f"supervisor {proc.pid} has {len(children)} of {workers} servers")
+        time.sleep(0.2)
+    slots = sorted((_slot(pid), pid) for pid in children)
+    return Watch(
+        {"supervisor": proc.pid, **{f"server {slot}": pid for slot, pid in slots}},
+        supervisor=proc.pid,
+    )
+
+
+async def _sample_memory(watch: Watch, until: float) -> None:
     started = time.monotonic()
     while time.monotonic() < until:
-        samples.append((time.monotonic() - started, read_proc_status(pid)["VmRSS"] * 1024))
+        watch.sample(time.monotonic() - started)
         await asyncio.sleep(SAMPLE_SECONDS)
-    samples.append((time.monotonic() - started, read_proc_status(pid)["VmRSS"] * 1024))
+    watch.sample(time.monotonic() - started)
 
 
-async def _load(soak: Soak, pid: int, seconds: float) -> list[tuple[float, int]]:
-    samples: list[tuple[float, int]] = []
+async def _load(soak: Soak, watch: Watch, seconds: float) -> None:
     until = time.monotonic() + seconds
     rates = {**RATES, "healthz": HEALTHZ_RATE}
     if soak.hostile_workflows:
@@ -312,13 +408,12 @@ async def _load(soak: Soak, pid: int, seconds: float) -> list[tuple[float, int]]
         aiohttp.ClientSession() as probe,
     ):
         await asyncio.gather(
-            _sample_memory(pid, samples, until),
+            _sample_memory(watch, until),
             *(
                 soak.steady(probe if kind == "healthz" else session, kind, rate, until)
                 for kind, rate in rates.items()
             ),
         )
-    return samples
 
 
 def _counts(database: Path, sql: str) -> Counter[str]:
@@ -344,7 +439,33 @@ async def _settled(database: Path, timeout: float = 300) -> tuple[Counter[str], 
         await asyncio.sleep(2)
 
 
-def run(minutes: float = 10, hostile: bool = False) -> Report:
+def _server(
+    port: int, data_dir: Path, env: dict[str, str], workers: int
+) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+    """``run_server.py``, alone or (``workers`` > 1) as a supervisor of that many servers."""
+    if workers == 1:
+        return libflow_server(port, data_dir, env)
+    return server(
+        [
+            *(PYTHON, "run_server.py", "--port", str(port), "--data-dir", str(data_dir)),
+            *("--workers", str(workers)),
+        ],
+        port=port,
+        env=env,
+        log_path=data_dir.parent / f"libflow-{port}.log",
+        # N servers load their models at once, on a machine that may be busy.
+        start_timeout=SERVER_START_TIMEOUT * workers * 2,
+    )
+
+
+def _restarts_logged(log_path: Path) -> int:
+    """The supervisor's "server N exited (...); starting it again" lines."""
+    with contextlib.suppress(OSError):
+        return log_path.read_text(errors="replace").count("starting it again")
+    return 0
+
+
+def run(minutes: float = 10, hostile: bool = False, workers: int = 1) -> Report:
     """Start the embedded server, load it for ``minutes``, report memory and errors."""
     seconds = minutes * 60
     work = Path(tempfile.mkdtemp(prefix="libflow-soak-"))
@@ -353,44 +474,63 @@ def run(minutes: float = 10, hostile: bool = False) -> Report:
     project, key = create_project(env)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    with libflow_server(port, data_dir, env) as proc:
+    with _server(port, data_dir, env, workers) as proc:
+        watch = _watch(proc, workers)
         workflow_id, hook, hostile_workflows = asyncio.run(_set_up(base, project, key, hostile))
         soak = Soak(base, project, key, workflow_id, hook, hostile_workflows)
-        samples = asyncio.run(_load(soak, proc.pid, seconds))
+        asyncio.run(_load(soak, watch, seconds))
         database = data_dir / "libflow.sqlite3"
         deliveries, files = asyncio.run(_settled(database))
         webhook_runs = _counts(
             database, "SELECT trigger, count(*) FROM workflow_runs GROUP BY trigger"
         )["webhook"]
-        final_rss = read_proc_status(proc.pid)["VmRSS"] * 1024
-    after_warmup = [rss for at, rss in samples if at >= WARMUP_SECONDS] or [samples[-1][1]]
-    start_rss, end_rss = after_warmup[0], final_rss
-    peak = max(rss for _, rss in samples)
+        final_rss = {label: _rss(pid) for label, pid in watch.pids.items()}
+        watch.sample(seconds)  # the last look at the supervisor's children
+    restarts = max(len(watch.gone), len(watch.new), _restarts_logged(work / f"libflow-{port}.log"))
     requests = sum(soak.tally.answers.values())
     errors = sum(soak.tally.errors.values())
     mib = 1024 * 1024
-    rows = [
-        Result(NAME, f"server RSS after {WARMUP_SECONDS}s warm-up", start_rss / mib, "MiB"),
-        Result(
-            NAME,
-            f"server RSS after {minutes:g} min (end / start)",
-            end_rss / mib,
-            "MiB",
-            baseline=start_rss / mib,
-            baseline_label="RSS after warm-up",
-            goal="flat (< 1.25x)",
-            met=end_rss < 1.25 * start_rss,
-        ),
-        Result(
-            NAME,
-            "server peak RSS" + (" (hostile load)" if hostile else ""),
-            peak / mib,
-            "MiB",
-            baseline=start_rss / mib,
-            baseline_label="RSS after warm-up",
-            goal=f"< +{HOSTILE_RSS_BOUND_MIB} MiB" if hostile else "-",
-            met=(peak - start_rss) / mib < HOSTILE_RSS_BOUND_MIB if hostile else None,
-        ),
+    where = f"{workers} servers and their supervisor" if workers > 1 else "the server"
+    rows: list[Result] = []
+    for label, pid in watch.pids.items():
+        samples = watch.samples.get(label) or [(0.0, 0)]
+        after_warmup = [rss for at, rss in samples if at >= WARMUP_SECONDS] or [samples[-1][1]]
+        start_rss, end_rss = after_warmup[0], final_rss[label]
+        name = label if workers == 1 else f"{label} (pid {pid})"
+        rows += [
+            Result(NAME, f"{name} RSS after {WARMUP_SECONDS}s warm-up", start_rss / mib, "MiB"),
+            Result(
+                NAME,
+                f"{name} RSS after {minutes:g} min (end / start)"
+                + ("" if end_rss is not None else ": gone"),
+                (end_rss or 0) / mib,
+                "MiB",
+                baseline=start_rss / mib,
+                baseline_label="RSS after warm-up",
+                goal="flat (< 1.25x)",
+                met=end_rss is not None and end_rss < 1.25 * start_rss,
+            ),
+        ]
+        if label == "supervisor":
+            continue
+        peak = max(rss for _, rss in samples)
+        rows.append(
+            Result(
+                NAME,
+                f"{name} peak RSS" + (" (hostile load)" if hostile else ""),
+                peak / mib,
+                "MiB",
+                baseline=start_rss / mib,
+                baseline_label="RSS after warm-up",
+                goal=f"< +{HOSTILE_RSS_BOUND_MIB} MiB" if hostile else "-",
+                met=(peak - start_rss) / mib < HOSTILE_RSS_BOUND_MIB if hostile else None,
+            )
+        )
+    if workers > 1:
+        rows.append(
+            Result(NAME, "servers started again", restarts, "", goal="0", met=restarts == 0)
+        )
+    rows += [
         Result(
             NAME,
             "/healthz p99 latency" + (" (hostile load)" if hostile else ""),
@@ -429,15 +569,19 @@ def run(minutes: float = 10, hostile: bool = False) -> Report:
     ]
     notes = [
         f"soak: {minutes:g} min on the embedded shape (SQLite, local storage, in-process jobs, "
-        f"LIBFLOW_EMBEDDER default), rates per second {RATES}; answers by kind and status: "
-        + ", ".join(f"{k} {s}: {c}" for (k, s), c in sorted(soak.tally.answers.items())),
+        f"LIBFLOW_EMBEDDER default), {where}, rates per second {RATES}; answers by kind and "
+        "status: " + ", ".join(f"{k} {s}: {c}" for (k, s), c in sorted(soak.tally.answers.items())),
         f"soak: at the end, files by status {dict(files)} (uploaded {soak.tally.uploads}), "
         f"deliveries by status {dict(deliveries)}, webhook-triggered runs {webhook_runs}",
-        "soak: RSS samples (s, MiB): "
-        + " ".join(
-            f"{at:.0f}:{rss / mib:.0f}" for at, rss in samples[:: max(1, len(samples) // 24)]
-        ),
     ]
+    for label, samples in watch.samples.items():
+        notes.append(
+            f"soak: {label} RSS samples (s, MiB): "
+            + " ".join(
+                f"{at:.0f}:{rss / mib:.0f}" for at, rss in samples[:: max(1, len(samples) // 24)]
+            )
+        )
+    notes += [f"soak error: {change}" for change in watch.changes()]
     notes += [f"soak error: {count} x {what}" for what, count in soak.tally.errors.most_common(10)]
     return Report(rows, notes)
 
@@ -500,12 +644,17 @@ async def _set_up(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.soak [--minutes N]``: print the table; exit 1 if a goal is missed."""
+    """``python -m bench.soak [--minutes N] [--workers N]``: the table; exit 1 on a missed goal."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--hostile", action="store_true", help="add the hostile requests")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="run_server.py --workers N (a supervisor)"
+    )
     args = parser.parse_args(argv)
-    report = run(args.minutes, hostile=args.hostile)
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
+    report = run(args.minutes, hostile=args.hostile, workers=args.workers)
     print(render_table([report]))
     return 0 if all(row.met is not False for row in report.rows) else 1
 
