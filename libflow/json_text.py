@@ -5,6 +5,8 @@ refuses both in text and jsonb. ``NaN``, ``Infinity`` and a number beyond a doub
 (``1e999``) are not JSON at all (RFC 8259), yet Python's reader takes them: PostgreSQL then
 refuses them in jsonb, and SQLite stores them and answers a bare ``NaN``. All are refused
 alike on every shape, where they arrive; header bytes that are not UTF-8 are replaced.
+
+What libflow writes, answers and stored columns, is encoded by ``dumps``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import math
 import re
 import sys
 from typing import Any
+
+import orjson
 
 # In the raw bytes: a NUL byte, or an escape that may decode to NUL or to a surrogate.
 _HINT = re.compile(rb"\x00|\\u(?:0000|[dD][89a-fA-F])")
@@ -97,3 +101,16 @@ def header_text(value: str) -> str:
     except UnicodeEncodeError:  # a surrogate no byte decodes to: made elsewhere
         raw = value.encode("utf-8", "surrogatepass")
     return raw.decode("utf-8", "replace").replace("\x00", "\ufffd")
+
+
+def dumps(value: Any) -> bytes:
+    """``value`` as compact UTF-8 JSON: orjson's, or the standard library's for what it refuses.
+
+    orjson takes a fraction of ``json.dumps``'s time, but refuses integers beyond 64 bits
+    (a run's outputs may hold one), keys that are not strings and text with an unpaired
+    surrogate; those values, rare, are written by ``json.dumps`` as they always were.
+    """
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return json.dumps(value, separators=(",", ":")).encode()

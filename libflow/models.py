@@ -6,6 +6,7 @@ on ";": keep semicolons out of them.
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
 from typing import Any
 
@@ -14,6 +15,17 @@ from tortoise.fields.db_defaults import SqlDefault
 from tortoise.models import Model
 
 from libflow.ids import new_id
+from libflow.json_text import dumps
+
+
+def _json_column_text(value: Any) -> str:
+    return dumps(value).decode()
+
+
+# How JSON columns are written and read. Tortoise would read them with orjson once it is
+# installed, and orjson reads an integer beyond 64 bits as a float: a run's outputs would
+# come back changed. Read by the standard library; written by orjson where it can.
+JSON_COLUMN: dict[str, Any] = {"encoder": _json_column_text, "decoder": json.loads}
 
 
 class ProcessingStatus(StrEnum):
@@ -104,14 +116,14 @@ class LibraryFile(Model):
     attempts = fields.IntField(default=0)
     # Per-step ISO timestamps (queued, started, finished, ...): the steps grow with
     # the pipeline, and a JSON map keeps that from needing a migration each time.
-    steps: fields.Field[dict[str, str]] = fields.JSONField(default=dict)
+    steps: fields.Field[dict[str, str]] = fields.JSONField(default=dict, **JSON_COLUMN)
     indexed = fields.BooleanField(default=False)
     pages = fields.IntField(null=True)
     chunks = fields.IntField(null=True)
     # The user's own labels ({key: string | number | boolean}); search filters on the
     # index's copy of them (Chunk.metadata), which changes with this in one transaction.
     metadata: fields.Field[dict[str, str | int | float | bool]] = fields.JSONField(
-        default=dict, db_default=SqlDefault("'{}'")
+        default=dict, db_default=SqlDefault("'{}'"), **JSON_COLUMN
     )
     # Pages and images whose text came from OCR; a warning such as NO_TEXT when the file
     # is done but gave nothing to search.
@@ -148,7 +160,9 @@ class Chunk(Model):
     # Word pieces of the embedder's own tokenizer (an estimate without one).
     tokens = fields.IntField(null=True)
     # The file's metadata, copied so that a filtered search needs no join.
-    metadata: fields.Field[dict[str, str | int | float | bool] | None] = fields.JSONField(null=True)
+    metadata: fields.Field[dict[str, str | int | float | bool] | None] = fields.JSONField(
+        null=True, **JSON_COLUMN
+    )
     # float32 little-endian, L2-normalized; tagged with the embedder that made it so
     # a change of model re-embeds instead of mixing vector spaces.
     embedding = fields.BinaryField(null=True)
@@ -198,7 +212,7 @@ class WorkflowVersion(Model):
         "models.Workflow", related_name="versions", on_delete=fields.CASCADE
     )
     number = fields.IntField()
-    definition: fields.Field[dict[str, Any]] = fields.JSONField()
+    definition: fields.Field[dict[str, Any]] = fields.JSONField(**JSON_COLUMN)
     created_at = fields.DatetimeField(auto_now_add=True)
 
     workflow_id: str
@@ -226,10 +240,10 @@ class WorkflowRun(Model):
     trigger = fields.CharField(max_length=16)
     status = fields.CharField(max_length=16)
     status_code = fields.IntField(null=True)
-    inputs: fields.Field[dict[str, Any]] = fields.JSONField(default=dict)
-    outputs: fields.Field[dict[str, Any]] = fields.JSONField(default=dict)
-    error: fields.Field[dict[str, Any] | None] = fields.JSONField(null=True)
-    node_timings: fields.Field[dict[str, Any]] = fields.JSONField(default=dict)
+    inputs: fields.Field[dict[str, Any]] = fields.JSONField(default=dict, **JSON_COLUMN)
+    outputs: fields.Field[dict[str, Any]] = fields.JSONField(default=dict, **JSON_COLUMN)
+    error: fields.Field[dict[str, Any] | None] = fields.JSONField(null=True, **JSON_COLUMN)
+    node_timings: fields.Field[dict[str, Any]] = fields.JSONField(default=dict, **JSON_COLUMN)
     started_at = fields.DatetimeField(auto_now_add=True)
     finished_at = fields.DatetimeField(null=True)
     lease_until = fields.DatetimeField(null=True)
@@ -267,7 +281,7 @@ class Schedule(Model):
     cron = fields.CharField(max_length=200)
     timezone = fields.CharField(max_length=64)
     event = fields.CharField(max_length=200)
-    inputs: fields.Field[dict[str, Any]] = fields.JSONField(default=dict)
+    inputs: fields.Field[dict[str, Any]] = fields.JSONField(default=dict, **JSON_COLUMN)
     next_run_at = fields.DatetimeField()
     created_at = fields.DatetimeField(auto_now_add=True)
 
@@ -332,10 +346,10 @@ class WebhookDelivery(Model):
     external_id = fields.CharField(max_length=255)
     status = fields.CharEnumField(DeliveryStatus, max_length=16, default=DeliveryStatus.PENDING)
     body = fields.BinaryField()
-    headers: fields.Field[dict[str, str]] = fields.JSONField(default=dict)
+    headers: fields.Field[dict[str, str]] = fields.JSONField(default=dict, **JSON_COLUMN)
     attempts = fields.IntField(default=0)
     run_id = fields.CharField(max_length=32, null=True)
-    error: fields.Field[dict[str, Any] | None] = fields.JSONField(null=True)
+    error: fields.Field[dict[str, Any] | None] = fields.JSONField(null=True, **JSON_COLUMN)
     received_at = fields.DatetimeField(auto_now_add=True)
     started_at = fields.DatetimeField(null=True)
     finished_at = fields.DatetimeField(null=True)

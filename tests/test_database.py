@@ -12,8 +12,11 @@ from pathlib import Path
 from tortoise.context import get_current_context
 from tortoise.migrations.autodetector import MigrationAutodetector
 
+from libflow import appkeys
 from libflow.db.connection import open_database, tortoise_config
-from libflow.models import Project
+from libflow.db.new_rows import new_instance
+from libflow.ids import utcnow
+from libflow.models import LibraryFile, ProcessingStatus, Project, WorkflowRun
 from tests.conftest import Api, ClientFactory, base_settings, new_project
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,3 +79,54 @@ def test_a_process_exits_by_itself_after_the_app_stops(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "done"
+
+
+async def test_the_inline_reads_give_what_the_orm_gives(api: Api) -> None:
+    # On SQLite the hottest reads build their instances from the row themselves
+    # (db/fast_reads.py): every field must come out as Tortoise's own read has it.
+    app = api.client.app
+    assert app is not None
+    reads = app[appkeys.READS]
+    created = await LibraryFile.create(
+        project_id=api.project_id,
+        name="notes.txt",
+        file_type="txt",
+        mime_type="text/plain",
+        storage_key=f"{api.project_id}/notes.txt",
+        size=2**40,
+        sha256="ab" * 32,
+        updating=False,
+        finalized_at=utcnow(),
+        status=ProcessingStatus.DONE,
+        steps={"queued": "2026-11-24T00:00:00.000Z"},
+        metadata={"team": "ops", "year": 2026, "draft": True, "big": 2**70},
+        warning="NO_TEXT",
+    )
+    inline = await reads.file(api.project_id, created.id)
+    orm = await LibraryFile.get(id=created.id)
+    assert inline is not None
+    names = [*LibraryFile._meta.db_fields, "project_id", "folder_id"]
+    assert {n: getattr(inline, n) for n in names} == {n: getattr(orm, n) for n in names}
+    assert {n: type(getattr(inline, n)) for n in names} == {n: type(getattr(orm, n)) for n in names}
+    assert inline._saved_in_db and not inline._partial
+    inline.name = "renamed.txt"  # an instance read inline saves like any other
+    await inline.save(update_fields=["name"])
+    assert (await LibraryFile.get(id=created.id)).name == "renamed.txt"
+
+
+async def test_a_run_record_made_fast_is_what_the_model_makes(api: Api) -> None:
+    # Every run's record is made by db/new_rows.py rather than WorkflowRun(**values).
+    values = {
+        "id": "r" * 32,
+        "workflow_id": "w" * 32,
+        "project_id": api.project_id,
+        "version": 1,
+        "event": "run",
+        "trigger": "api",
+        "status": "queued",
+        "inputs": {"name": "Ada"},
+        "started_at": utcnow(),
+    }
+    fast = new_instance(WorkflowRun, **values)
+    assert fast.__dict__ == WorkflowRun(**values).__dict__
+    assert fast.outputs == {} and fast.outputs is not new_instance(WorkflowRun, **values).outputs

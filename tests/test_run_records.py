@@ -13,7 +13,7 @@ from libflow.workflows.run_events import RunEventLog
 from libflow.workflows.runs import _RunRecorder
 from libflow.workflows.versions import find_run_target
 from tests.conftest import Api
-from tests.workflow_helpers import chain, create, output
+from tests.workflow_helpers import call, chain, create, ok_json, output, runsync
 
 
 class Crash(Exception):
@@ -55,3 +55,15 @@ async def test_a_crash_before_the_callers_write_leaves_the_run_running_not_finis
     stored = await WorkflowRun.get(id=recorder.run_id)
     assert stored.status == "running"
     assert stored.outputs in ({}, None)
+
+
+async def test_an_integer_beyond_64_bits_is_answered_and_recorded_exactly(shaped_api: Api) -> None:
+    # Answers and JSON columns are written by orjson, which refuses such an integer, and
+    # orjson would read one back as a float: both fall back to the standard library.
+    big = 2**70 + 1
+    workflow = await create(shaped_api, chain(output("big", big), output("keys", {"1": big})))
+    status, answer = await runsync(shaped_api, workflow["workflowId"])
+    assert status == 200, answer
+    assert answer["result"]["outputs"] == {"big": big, "keys": {"1": big}}
+    runs = await ok_json(await call(shaped_api, "GET", f"/{workflow['workflowId']}/runs"))
+    assert runs[0]["outputs"] == {"big": big, "keys": {"1": big}}

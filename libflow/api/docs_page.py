@@ -18,6 +18,7 @@ from aiohttp import web
 
 from libflow import appkeys
 from libflow.api.openapi.definition import standalone_definition_schema
+from libflow.api.responses import json_response
 from libflow.errors import NotFound
 
 routes = web.RouteTableDef()
@@ -127,4 +128,4 @@ async def swagger_ui_asset(request: web.Request) -> web.FileResponse:
 async def definition_json_schema(request: web.Request) -> web.Response:
     """A workflow definition's JSON Schema, one document an editor can validate with."""
     base = request.app[appkeys.SETTINGS].resolved_public_base_url
-    return web.json_response(standalone_definition_schema(f"{base}{DEFINITION_SCHEMA_PATH}"))
+    return json_response(standalone_definition_schema(f"{base}{DEFINITION_SCHEMA_PATH}"))

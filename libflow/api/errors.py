@@ -18,6 +18,7 @@ from aiohttp.http_exceptions import (
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
+from libflow.api.responses import json_response
 from libflow.db.outages import dependency_down
 from libflow.errors import STATUS_BY_CODE, LibflowError, RateLimited
 
@@ -48,7 +49,7 @@ def error_response(
     body: dict[str, Any] = {"error": code, "message": message}
     if details is not None:
         body["details"] = details
-    response = web.json_response(body, status=status or STATUS_BY_CODE.get(code, 500))
+    response = json_response(body, status=status or STATUS_BY_CODE.get(code, 500))
     if code == "UNAVAILABLE":
         response.headers["Retry-After"] = "5"
     return response

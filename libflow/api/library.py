@@ -18,6 +18,7 @@ from libflow.api.bodies import (
     query_limit,
 )
 from libflow.api.render import file_detail_json, file_json, folder_json
+from libflow.api.responses import json_response
 from libflow.errors import ValidationFailed
 from libflow.ids import iso
 from libflow.library import file_changes, files, folders, passages, search
@@ -37,9 +38,7 @@ def _project(request: web.Request) -> str:
 @routes.get(f"{PREFIX}/dirs")
 async def list_folders(request: web.Request) -> web.Response:
     """List the project's folders."""
-    return web.json_response(
-        [folder_json(f) for f in await folders.list_folders(_project(request))]
-    )
+    return json_response([folder_json(f) for f in await folders.list_folders(_project(request))])
 
 
 @routes.post(f"{PREFIX}/dirs")
@@ -47,7 +46,7 @@ async def create_folder(request: web.Request) -> web.Response:
     """Create a folder under root or another folder."""
     body = await parse_body(request, CreateFolderBody)
     folder = await folders.create_folder(_project(request), body.name, body.parent)
-    return web.json_response(folder_json(folder), status=201)
+    return json_response(folder_json(folder), status=201)
 
 
 @routes.post(f"{PREFIX}/files")
@@ -67,7 +66,7 @@ async def create_file(request: web.Request) -> web.Response:
         url_ttl=settings.upload_url_ttl_seconds,
         metadata=body.metadata,
     )
-    return web.json_response(
+    return json_response(
         {
             "documentId": file.id,
             "storageLink": upload_url,
@@ -91,7 +90,7 @@ async def finalize_upload(request: web.Request) -> web.Response:
         path=body.path,
         prevent_search=body.preventSearch,
     )
-    return web.json_response(file_detail_json(file))
+    return json_response(file_detail_json(file))
 
 
 @routes.get(f"{PREFIX}/files")
@@ -102,7 +101,7 @@ async def list_files(request: web.Request) -> web.Response:
     page, next_cursor = await files.list_files(
         _project(request), folder_id=folder_id, limit=limit, cursor=request.query.get("cursor")
     )
-    response = web.json_response([file_json(f) for f in page])
+    response = json_response([file_json(f) for f in page])
     if next_cursor is not None:
         query = {"limit": str(limit), "cursor": next_cursor}
         if folder_id is not None:
@@ -123,7 +122,7 @@ async def get_file(request: web.Request) -> web.Response:
     file = await files.get_file(
         request.app[appkeys.READS], _project(request), request.match_info["fileId"]
     )
-    return web.json_response(file_detail_json(file))
+    return json_response(file_detail_json(file))
 
 
 @routes.patch(f"{PREFIX}/files/{{fileId}}")
@@ -137,7 +136,7 @@ async def update_file(request: web.Request) -> web.Response:
         folder_id=body.dir,
         metadata=body.metadata,
     )
-    return web.json_response(file_detail_json(file))
+    return json_response(file_detail_json(file))
 
 
 @routes.get(f"{PREFIX}/files/{{fileId}}/chunks")
@@ -150,7 +149,7 @@ async def list_chunks(request: web.Request) -> web.Response:
         limit=limit,
         cursor=request.query.get("cursor"),
     )
-    response = web.json_response(page)
+    response = json_response(page)
     if next_cursor is not None:
         _link_next(request, response, {"limit": str(limit), "cursor": next_cursor})
     return response
@@ -162,7 +161,7 @@ async def reprocess_file(request: web.Request) -> web.Response:
     file = await file_changes.reprocess_file(
         request.app[appkeys.JOBS], _project(request), request.match_info["fileId"]
     )
-    return web.json_response(file_detail_json(file), status=202)
+    return json_response(file_detail_json(file), status=202)
 
 
 @routes.delete(f"{PREFIX}/files/{{fileId}}")
@@ -214,7 +213,7 @@ async def search_library(request: web.Request) -> web.Response:
         )
     limit = query_limit(request, default=10, maximum=MAX_SEARCH_RESULTS)
     hits = await _search(request, query, limit, PassageFilter(request.query.get("dir") or None))
-    return web.json_response([hit.to_json() for hit in hits])
+    return json_response([hit.to_json() for hit in hits])
 
 
 @routes.post(f"{PREFIX}/search")
@@ -223,7 +222,7 @@ async def search_library_filtered(request: web.Request) -> web.Response:
     body = await parse_body(request, SearchBody)
     where = PassageFilter(body.dir, dict(body.filter))
     hits = await _search(request, body.query, body.limit, where, search.SearchMode(body.mode))
-    return web.json_response([hit.to_json(with_metadata=True) for hit in hits])
+    return json_response([hit.to_json(with_metadata=True) for hit in hits])
 
 
 async def _search(

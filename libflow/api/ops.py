@@ -15,6 +15,7 @@ from tortoise.connection import get_connection
 from libflow import appkeys
 from libflow.api.errors import error_response
 from libflow.api.openapi import openapi_document
+from libflow.api.responses import json_response
 
 routes = web.RouteTableDef()
 logger = logging.getLogger("libflow.ops")
@@ -27,7 +28,7 @@ WORKER_HEALTH_KEY = f"{default_queue_name}{health_check_key_suffix}"
 @routes.get("/healthz")
 async def healthz(request: web.Request) -> web.Response:
     """The process is up and its loop answers."""
-    return web.json_response({"status": "ok"})
+    return json_response({"status": "ok"})
 
 
 async def _database_ready() -> None:
@@ -69,7 +70,7 @@ async def readyz(request: web.Request) -> web.Response:
         return error_response(
             "UNAVAILABLE", f"not ready: {', '.join(failed)} unavailable", details=results
         )
-    return web.json_response({"status": "ok", "checks": results})
+    return json_response({"status": "ok", "checks": results})
 
 
 @routes.get("/metrics")
@@ -85,4 +86,4 @@ async def metrics(request: web.Request) -> web.Response:
 async def openapi(request: web.Request) -> web.Response:
     """The OpenAPI 3.1 document of every public route."""
     base = request.app[appkeys.SETTINGS].resolved_public_base_url
-    return web.json_response(openapi_document(base))
+    return json_response(openapi_document(base))

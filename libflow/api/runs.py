@@ -11,6 +11,7 @@ from aiohttp import web
 
 from libflow import appkeys
 from libflow.api.bodies import RunBody, parse_body, query_limit
+from libflow.api.responses import json_response
 from libflow.api.sse import stream_events
 from libflow.errors import ValidationFailed
 from libflow.ids import iso
@@ -57,7 +58,7 @@ def run_location(run: WorkflowRun) -> str:
 
 def accepted(run: WorkflowRun) -> web.Response:
     """202 with the run record and its Location: the answer of every way to queue a run."""
-    response = web.json_response(run_json(run), status=202)
+    response = json_response(run_json(run), status=202)
     response.headers["Location"] = run_location(run)
     return response
 
@@ -100,7 +101,7 @@ async def _page(request: web.Request, workflow_id: str | None) -> web.Response:
     page, next_cursor = await run_history.list_runs(
         _project(request), runs_filter, limit=limit, cursor=request.query.get("cursor")
     )
-    response = web.json_response([run_json(run) for run in page])
+    response = json_response([run_json(run) for run in page])
     if next_cursor is not None:
         query = {k: v for k, v in request.query.items() if k not in {"cursor", "limit"}}
         query.update({"limit": str(limit), "cursor": next_cursor})
@@ -157,7 +158,7 @@ def _filter(request: web.Request, workflow_id: str | None) -> RunFilter:
 async def get_run(request: web.Request) -> web.Response:
     """One run record."""
     run = await run_history.get_run(_project(request), request.match_info["runId"])
-    return web.json_response(run_json(run))
+    return json_response(run_json(run))
 
 
 @routes.post(f"{RUN}/cancel")
@@ -166,7 +167,7 @@ async def cancel_run(request: web.Request) -> web.Response:
     run = await cancel.cancel_run(
         _project(request), request.match_info["runId"], request.app[appkeys.RESOURCES].runs
     )
-    return web.json_response(run_json(run), status=202)
+    return json_response(run_json(run), status=202)
 
 
 @routes.get(f"{RUN}/events")

@@ -8,6 +8,7 @@ from aiohttp import web
 
 from libflow import appkeys
 from libflow.api.bodies import CreateScheduleBody, parse_body
+from libflow.api.responses import json_response
 from libflow.ids import iso
 from libflow.models import Schedule
 from libflow.workflows import schedules
@@ -44,7 +45,7 @@ async def create_schedule(request: web.Request) -> web.Response:
         inputs=body.inputs or {},
         reads=request.app[appkeys.READS],
     )
-    return web.json_response(schedule_json(schedule), status=201)
+    return json_response(schedule_json(schedule), status=201)
 
 
 @routes.get(SCHEDULES)
@@ -53,7 +54,7 @@ async def list_schedules(request: web.Request) -> web.Response:
     found = await schedules.list_schedules(
         request.match_info["projectId"], request.match_info["workflowId"]
     )
-    return web.json_response([schedule_json(schedule) for schedule in found])
+    return json_response([schedule_json(schedule) for schedule in found])
 
 
 @routes.get(SCHEDULE)
@@ -64,7 +65,7 @@ async def get_schedule(request: web.Request) -> web.Response:
         request.match_info["workflowId"],
         request.match_info["scheduleId"],
     )
-    return web.json_response(schedule_json(schedule))
+    return json_response(schedule_json(schedule))
 
 
 @routes.delete(SCHEDULE)

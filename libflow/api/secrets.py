@@ -11,6 +11,7 @@ from aiohttp import web
 from pydantic import Field
 
 from libflow.api.bodies import Body, parse_body
+from libflow.api.responses import json_response
 from libflow.ids import iso
 from libflow.models import Secret
 from libflow.secrets import store
@@ -54,7 +55,7 @@ async def put_secret(request: web.Request) -> web.Response:
 async def list_secrets(request: web.Request) -> web.Response:
     """The project's secrets by name, without values."""
     found = await store.list_secrets(request.match_info["projectId"])
-    return web.json_response([secret_json(secret) for secret in found])
+    return json_response([secret_json(secret) for secret in found])
 
 
 @routes.delete(SECRET)

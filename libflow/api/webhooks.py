@@ -8,6 +8,7 @@ from aiohttp import web
 
 from libflow import appkeys
 from libflow.api.bodies import CreateWebhookBody, parse_body, query_limit
+from libflow.api.responses import json_response
 from libflow.api.runs import accepted
 from libflow.errors import PayloadTooLarge
 from libflow.ids import iso
@@ -68,21 +69,21 @@ async def create_webhook(request: web.Request) -> web.Response:
     webhook = await manage.create_webhook(
         _project(request), request.match_info["workflowId"], scheme=body.scheme, event=body.event
     )
-    return web.json_response(_render(request, webhook, with_secret=True), status=201)
+    return json_response(_render(request, webhook, with_secret=True), status=201)
 
 
 @routes.get(f"{PROJECT}/workflows/{{workflowId}}/webhooks")
 async def list_webhooks(request: web.Request) -> web.Response:
     """The workflow's webhooks."""
     found = await manage.list_webhooks(_project(request), request.match_info["workflowId"])
-    return web.json_response([_render(request, w, with_secret=False) for w in found])
+    return json_response([_render(request, w, with_secret=False) for w in found])
 
 
 @routes.get(WEBHOOK)
 async def get_webhook(request: web.Request) -> web.Response:
     """One webhook."""
     webhook = await manage.get_webhook(_project(request), request.match_info["webhookId"])
-    return web.json_response(_render(request, webhook, with_secret=False))
+    return json_response(_render(request, webhook, with_secret=False))
 
 
 @routes.delete(WEBHOOK)
@@ -96,7 +97,7 @@ async def delete_webhook(request: web.Request) -> web.Response:
 async def rotate_secret(request: web.Request) -> web.Response:
     """A new secret; the previous one keeps verifying for 24 hours."""
     webhook = await manage.rotate_secret(_project(request), request.match_info["webhookId"])
-    return web.json_response(_render(request, webhook, with_secret=True))
+    return json_response(_render(request, webhook, with_secret=True))
 
 
 @routes.get(f"{WEBHOOK}/deliveries")
@@ -104,7 +105,7 @@ async def list_deliveries(request: web.Request) -> web.Response:
     """The webhook's latest deliveries, newest first."""
     limit = query_limit(request, default=100, maximum=inbox.MAX_DELIVERIES_LISTED)
     found = await inbox.list_deliveries(_project(request), request.match_info["webhookId"], limit)
-    return web.json_response([delivery_json(d) for d in found])
+    return json_response([delivery_json(d) for d in found])
 
 
 @routes.post(f"{WEBHOOK}/deliveries/{{deliveryId}}/replay")
@@ -137,4 +138,4 @@ async def receive(request: web.Request) -> web.Response:
     if delivery.status == "pending":
         # Redis down: the delivery stays in the inbox and the sweep wakes a job later.
         await inbox.wake_delivery_job(request.app[appkeys.JOBS])
-    return web.json_response({"ok": True})
+    return json_response({"ok": True})

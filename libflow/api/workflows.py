@@ -9,6 +9,7 @@ from aiohttp import web
 
 from libflow import appkeys
 from libflow.api.bodies import CreateWorkflowBody, PublishVersionBody, RunSyncBody, parse_body
+from libflow.api.responses import json_response
 from libflow.api.runs import finished_record
 from libflow.api.sse import stream_events, wants_events
 from libflow.engine import NodeServices
@@ -48,7 +49,7 @@ async def create_workflow(request: web.Request) -> web.Response:
     """Create a workflow and publish its first version."""
     body = await parse_body(request, CreateWorkflowBody)
     workflow, _ = await versions.create_workflow(_project(request), body.name, body.definition)
-    return web.json_response(
+    return json_response(
         {
             "workflowId": workflow.id,
             "name": workflow.name,
@@ -62,7 +63,7 @@ async def create_workflow(request: web.Request) -> web.Response:
 @routes.get(PREFIX)
 async def list_workflows(request: web.Request) -> web.Response:
     """The project's workflows, newest first."""
-    return web.json_response(
+    return json_response(
         [workflow_json(w) for w in await versions.list_workflows(_project(request))]
     )
 
@@ -73,7 +74,7 @@ async def get_workflow(request: web.Request) -> web.Response:
     workflow = await versions.get_workflow(_project(request), request.match_info["workflowId"])
     found = await versions.list_versions(workflow)
     latest = found[-1]
-    return web.json_response(
+    return json_response(
         {
             **workflow_json(workflow),
             "definition": latest.definition,
@@ -89,7 +90,7 @@ async def publish_version(request: web.Request) -> web.Response:
     version = await versions.publish_version(
         _project(request), request.match_info["workflowId"], body.definition
     )
-    return web.json_response(version_json(version), status=201)
+    return json_response(version_json(version), status=201)
 
 
 @routes.post(f"{PREFIX}/{{workflowId}}/runsync")
@@ -123,7 +124,7 @@ async def run_sync(request: web.Request) -> web.StreamResponse:
     answer = result.response_body()
     if services.secrets is not None:  # the answer is a record of the run too
         answer = services.secrets.redact(answer)
-    return web.json_response(answer, status=result.status_code)
+    return json_response(answer, status=result.status_code)
 
 
 async def _run_streamed(

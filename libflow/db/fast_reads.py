@@ -12,11 +12,13 @@ from __future__ import annotations
 import functools
 import logging
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
 from tortoise import fields
+from tortoise.fields.data import CharEnumFieldInstance
 from tortoise.models import Model
 
 from libflow.ids import possible_id
@@ -63,22 +65,66 @@ class InlineReads:
             self._connection = None
 
 
+def _datetime(value: Any) -> Any:
+    # Tortoise stores SQLite datetimes as ISO text with their offset ("+00:00").
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
+@dataclass(frozen=True, slots=True)
+class _RowPlan:
+    """How a model's rows become instances: the columns to convert, and whether each column
+    is named as its field (else Tortoise's own ``_init_from_db`` maps them)."""
+
+    conversions: tuple[tuple[str, Callable[[Any], Any]], ...]
+    columns_are_fields: bool
+
+
 @functools.cache
-def _datetime_columns(model: type[Model]) -> tuple[str, ...]:
-    return tuple(
-        name
-        for name, field in model._meta.fields_map.items()
-        if isinstance(field, fields.DatetimeField)
-    )
+def _row_plan(model: type[Model]) -> _RowPlan:
+    """The columns Tortoise converts (``Model._init_from_db``), with the same conversions
+    called directly: a datetime parsed once, a JSON column by its own decoder, an enum by
+    its type, a boolean by ``bool``; any other field by its own ``to_python_value``."""
+    meta = model._meta
+    plan: list[tuple[str, Callable[[Any], Any]]] = [
+        (column, field.field_type) for column, _, field in meta.db_default_fields
+    ]
+    for column, _, field in meta.db_complex_fields:
+        if isinstance(field, fields.DatetimeField):
+            plan.append((column, _datetime))
+        elif isinstance(field, fields.JSONField):
+            plan.append((column, field.decoder))
+        elif isinstance(field, CharEnumFieldInstance):
+            plan.append((column, field.enum_type))
+        else:
+            plan.append((column, field.to_python_value))
+    same_names = all(c == f for c, f in meta.fields_db_projection_reverse.items())
+    return _RowPlan(tuple(plan), same_names)
 
 
 def model_from_row(model: type[M], row: sqlite3.Row) -> M:
-    """The conversion Tortoise applies to rows it fetches, with a faster datetime parse."""
+    """The instance Tortoise would make of a fetched row (all columns), made faster.
+
+    ``_init_from_db`` sets each column through a call or two; here only the columns that
+    need a conversion get one, and all go into the instance at once (a GET of one file
+    spent more time here than in the rest of its handler).
+    """
     values = dict(row)
-    for name in _datetime_columns(model):
-        if isinstance(values[name], str):
-            values[name] = datetime.fromisoformat(values[name])
-    return model._init_from_db(**values)
+    plan = _row_plan(model)
+    for column, convert in plan.conversions:
+        value = values[column]
+        if value is not None:
+            values[column] = convert(value)
+    if not plan.columns_are_fields:
+        return model._init_from_db(**values)
+    instance = model.__new__(model)
+    state = instance.__dict__
+    state.update(values)
+    # What _init_from_db gives an instance read from the database.
+    state["_partial"] = False
+    state["_saved_in_db"] = True
+    state["_custom_generated_pk"] = model._meta.db_pk_column not in model._meta.generated_db_fields
+    state["_await_when_save"] = {}
+    return instance
 
 
 _FILE_SQL = 'SELECT * FROM "library_files" WHERE "id" = ? AND "project_id" = ? LIMIT 1'

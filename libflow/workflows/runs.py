@@ -17,6 +17,7 @@ from typing import Any
 from tortoise.backends.base.client import BaseDBAsyncClient
 
 from libflow.db.group_commit import commit_together, insert_together
+from libflow.db.new_rows import new_instance
 from libflow.engine import InvalidInputs, NodeServices, RunError, RunResult, UnknownEvent
 from libflow.engine import WorkflowRun as EngineRun
 from libflow.errors import LibflowError
@@ -40,7 +41,8 @@ INTERRUPTED = RunError("INTERRUPTED", None, "the process running it stopped mid-
 def new_record(target: RunTarget, run_id: str | None, **fields: Any) -> WorkflowRun:
     """A run record of ``target``'s version, started now unless told (not saved)."""
     fields.setdefault("started_at", utcnow())
-    return WorkflowRun(
+    return new_instance(
+        WorkflowRun,
         id=run_id or new_id(),
         workflow_id=target.workflow_id,
         project_id=target.project_id,
