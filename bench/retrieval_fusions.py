@@ -43,7 +43,7 @@ Key = tuple[str, str]  # (file name, passage text)
 Ranking = list[tuple[Key, float]]
 FusionFunction = Callable[[Ranking, Ranking], dict[Key, float]]
 
-KEYWORD_WEIGHTS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
+KEYWORD_WEIGHTS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.43, 0.5, 0.6)
 RRF_KS = (1, 10, 60)
 # The example of test_an_exact_hit_first_in_one_ranking_beats_a_middling_hit_in_both.
 RULE_KEYWORD: Ranking = [(("1", ""), 1.0), (("3", ""), 0.8), (("2", ""), 0.5), (("4", ""), 0.3)]

@@ -62,7 +62,7 @@ RRF = "rrf:60"
 # libflow's fusion is a weighted mean of the keyword score (BM25 over the query's best) and
 # the cosine put between MIN_SIMILARITY and the query's best; the grid varies the keyword
 # weight, the semantic one is 1 - it.
-FUSION_GRID = (0.2, 0.3, 0.4, 0.5, 0.6)
+FUSION_GRID = (0.2, 0.3, 0.4, 0.43, 0.5, 0.6)
 # Each restarted server first re-asks this many queries in semantic mode and must rank as
 # the first server did: a server whose query vectors differ from the stored ones (another
 # model, another runtime) would make every fused figure after it meaningless.

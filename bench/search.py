@@ -129,11 +129,14 @@ async def grow(corpus: Corpus, target: int) -> float:
 # -- the bare baselines ---------------------------------------------------------------------
 
 
-def _match(query: str) -> str:
-    """The FTS5 expression keyword_ranking builds: any of the terms, the last also a prefix."""
+def _match(query: str) -> tuple[str, str]:
+    """keyword_ranking's FTS5 expressions: the exact index's (the last term as a prefix), the
+    stemmed one's."""
     terms = list(dict.fromkeys(query.lower().split()))
-    prefix = [f'"{terms[-1]}"*'] if len(terms[-1]) >= PREFIX_MIN_CHARS else []
-    return " OR ".join([*(f'"{t}"' for t in terms), *prefix])
+    exact = [f'"{t}"' for t in terms]
+    if len(terms[-1]) >= PREFIX_MIN_CHARS:
+        exact[-1] = f'"{terms[-1]}"*'
+    return " OR ".join(exact), " OR ".join(f'"{t}"' for t in terms)
 
 
 class Bare:
@@ -156,9 +159,13 @@ class Bare:
 
     def keyword(self, query: str) -> list[tuple[int, float]]:
         rows = self.db.execute(
-            "SELECT rowid, -bm25(library_chunks_fts) FROM library_chunks_fts"
-            " WHERE library_chunks_fts MATCH ? ORDER BY bm25(library_chunks_fts) LIMIT ?",
-            (_match(query), CANDIDATES),
+            "SELECT id, sum(score) AS score FROM ("
+            " SELECT rowid AS id, -bm25(library_chunks_fts) AS score FROM library_chunks_fts"
+            " WHERE library_chunks_fts MATCH ?"
+            " UNION ALL SELECT rowid, -bm25(library_chunks_fts_stemmed)"
+            " FROM library_chunks_fts_stemmed WHERE library_chunks_fts_stemmed MATCH ?"
+            ") GROUP BY id ORDER BY score DESC, id LIMIT ?",
+            (*_match(query), CANDIDATES),
         ).fetchall()
         best = max((r[1] for r in rows), default=0.0)
         return [(r[0], r[1] / best if best > 0 else 1.0) for r in rows]
@@ -258,7 +265,7 @@ async def measure(
         matches = [
             bare.db.execute(
                 "SELECT count(*) FROM library_chunks_fts WHERE library_chunks_fts MATCH ?",
-                (_match(q),),
+                (_match(q)[0],),
             ).fetchone()[0]
             for q in queries[:20]
         ]

@@ -6,8 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tortoise import Tortoise
+from tortoise.migrations.executor import MigrationExecutor, MigrationTarget
 
 from libflow import appkeys
+from libflow.db.connection import APP_LABEL, tortoise_config
 from libflow.models import Chunk
 from tests.conftest import (
     Api,
@@ -139,6 +142,28 @@ async def test_search_syntax_in_a_query_is_plain_text(api: Api) -> None:
     for query in ('"gecko', "gecko AND NOT", "NEAR(gecko turquoise) *", "gecko:* | !!"):
         hits = await search(api, query)
         assert hits and hits[0]["fileId"] == file_id, query
+
+
+async def test_passages_indexed_before_stemming_are_stemmed_on_upgrade(
+    start_app: ClientFactory, embedded: Shape
+) -> None:
+    client = await start_app(embedded.settings)
+    project_id, key = await new_project()
+    api = Api(client, embedded, project_id, key)
+    file_id = await upload_text(api, "The configuration of the gateway.")
+    await client.close()
+    # Back to before the stemmed index; the next start makes it from the stored passages.
+    config = tortoise_config(embedded.settings.resolved_database_url)
+    context = await Tortoise.init(config=config, _create_db=False)
+    try:
+        executor = MigrationExecutor(context.db(), config["apps"])
+        await executor.migrate([MigrationTarget(APP_LABEL, "0010_pgvector")])
+    finally:
+        await context.close_connections()
+    api = Api(await start_app(embedded.settings), embedded, project_id, key)
+    response = await api.call("POST", "/search", json={"query": "configure", "mode": "keyword"})
+    assert response.status == 200, await response.text()
+    assert [hit["fileId"] for hit in await response.json()] == [file_id]
 
 
 @pytest.mark.usefixtures("semantic_search")

@@ -178,6 +178,16 @@ async def test_an_exact_word_outranks_its_prefix_matches(shaped_api: Api) -> Non
     assert await file_ids(shaped_api, "plan", mode="keyword") == [exact, longer]
 
 
+async def test_another_form_of_a_word_matches_after_the_form_asked(shaped_api: Api) -> None:
+    other_form = await upload_labelled(shaped_api, "The configuration of the gateway.")
+    asked_form = await upload_labelled(shaped_api, "How to configure the gateway.")
+    assert await file_ids(shaped_api, "configure", mode="keyword") == [asked_form, other_form]
+    both = await file_ids(shaped_api, "configuring", mode="keyword")
+    assert sorted(both) == sorted([asked_form, other_form])
+    # English stop words alone match too (PostgreSQL's stemmed query has no word left).
+    assert await file_ids(shaped_api, "how to", mode="keyword") == [asked_form]
+
+
 async def test_chunk_is_the_whole_passage(api: Api) -> None:
     filler = " ".join(["the harbour master counted the boats again"] * 8)
     file_id = await upload_labelled(api, f"Ocelot prelude. {filler}. The ocelot coda.")
