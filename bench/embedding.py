@@ -2,8 +2,9 @@
 
 1. chunks/s of ``LocalEmbedder.embed`` per configuration on the same passages (cut for the
    model, up to 256 word pieces): PyTorch with batches of 32 (the configuration before
-   ONNX Runtime), ONNX Runtime fp32 (the default) and int8; the default against its raw
-   ONNX Runtime session called directly (tokenize, pad, run, pool) on the same batches.
+   ONNX Runtime), ONNX Runtime int8 (the default) and fp32; the default against its raw
+   ONNX Runtime session called directly (tokenize, pad, run, pool) on the same batches
+   (``batching.padding_runs`` of the passages sorted by length).
 2. ingest: DOCS txt documents of ~WORDS words each through the public API of a real server
    (embedded shape): all created and PUT first, then all finalized; docs/s from the first
    finalize until every file is processed; PyTorch batch 32 against the default, in turn.
@@ -44,6 +45,7 @@ from bench._common import (
     request_json,
 )
 from bench._text import Prose
+from libflow.library.embeddings.batching import padding_runs
 from libflow.library.embeddings.local import LocalBackend, LocalEmbedder
 from libflow.library.embeddings.onnx_export import mean_pooled
 from libflow.library.processing.chunking import chunk_segments
@@ -86,14 +88,19 @@ def passages(count: int) -> list[str]:
 
 
 def raw_onnx(embedder: LocalEmbedder, texts: Sequence[str]) -> None:
-    """The session called directly: tokenize, sort by length, pad, run and pool each batch."""
+    """The session called directly: tokenize, sort by length, pad, run and pool each batch.
+
+    The batches are those the embedder cuts (runs of about one length, up to its batch size),
+    so the comparison is of everything around the model, not of the batching.
+    """
     session = embedder.session
     if session is None:
         raise BenchError("no ONNX Runtime session")
     tokenizer = embedder.tokenizer
     encodings = sorted(tokenizer.encode_batch(list(texts)), key=lambda e: -len(e.ids))
-    for start in range(0, len(encodings), embedder.batch_size):
-        batch = encodings[start : start + embedder.batch_size]
+    lengths = [len(e.ids) for e in encodings]
+    for start, end in padding_runs(lengths, embedder.batch_size):
+        batch = encodings[start:end]
         width = len(batch[0].ids)
         ids = np.zeros((len(batch), width), dtype=np.int64)
         mask = np.zeros_like(ids)
@@ -166,6 +173,7 @@ class Ingest:
     docs: int
     seconds: float  # first finalize sent -> every file processed
     chunks: int
+    load: tuple[str, str]  # the 1-minute load average when the run started and ended
 
 
 def ingest(work: Path, backend: str, batch_size: int, count: int) -> Ingest:
@@ -207,6 +215,7 @@ def ingest(work: Path, backend: str, batch_size: int, count: int) -> Ingest:
 
         with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
             paths = list(pool.map(create, range(count)))
+            load_before = _load_average()
             started = time.perf_counter()
             list(pool.map(finalize, paths))
         files = _wait_all_processed(api, key, count, started)
@@ -215,7 +224,12 @@ def ingest(work: Path, backend: str, batch_size: int, count: int) -> Ingest:
     if failed:
         raise BenchError(f"{len(failed)} of {count} files failed")
     chunks = _count_chunks(data_dir)
-    return Ingest(backend, batch_size, count, seconds, chunks)
+    return Ingest(backend, batch_size, count, seconds, chunks, (load_before, _load_average()))
+
+
+def _load_average() -> str:
+    """The machine's 1-minute load average (the runs share its 2 cores with other work)."""
+    return Path("/proc/loadavg").read_text().split()[0]
 
 
 def _wait_all_processed(api: str, key: str, count: int, started: float) -> list[dict[str, Any]]:
@@ -275,7 +289,7 @@ def run(quick: bool = False, with_quality: bool = False) -> Report:
         scores = {b: quality(work, b) for b in ("onnx", "onnx-int8")} if with_quality else {}
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return _report(texts, measured, ingests, scores)
+    return _report(texts, measured, ingests, scores, runs)
 
 
 def _report(
@@ -283,6 +297,7 @@ def _report(
     measured: list[Throughput],
     ingests: list[Ingest],
     scores: dict[str, dict[str, float]],
+    runs: Sequence[Ingest] = (),
 ) -> Report:
     count = len(texts)
     before = measured[0]
@@ -364,6 +379,10 @@ def _report(
         f"indexed: {old.chunks} ({old.backend}) / {new.chunks} ({new.backend}); both runs cut "
         "passages with the model's tokenizer (the estimate-sized chunker of before, whose "
         "passages the model truncated, is gone)",
+        f"{NAME}: ingest runs in order (docs/s, load average at start -> end): "
+        + "; ".join(
+            f"{r.backend} {r.docs / r.seconds:.2f} ({r.load[0]} -> {r.load[1]})" for r in runs
+        ),
     ]
     return Report(rows, notes)
 

@@ -142,8 +142,9 @@ async def test_texts_of_many_lengths_come_back_in_order_from_onnx_runtime(
     together = await embedder.embed(texts)
     one_by_one = np.concatenate([await embedder.embed([t]) for t in texts])
     assert together.shape == (10, 384)
-    # int8 activations are scaled per batch: a text's batch-mates move its vector a little.
-    closest = 0.999_99 if backend == "onnx" else 0.99
+    # int8 activations are scaled per batch: a text's batch-mates move its vector a little
+    # (down to 0.984 on the benchmark's passages, batched by document or across documents).
+    closest = 0.999_99 if backend == "onnx" else 0.98
     assert np.min(np.sum(together * one_by_one, axis=1)) > closest
 
 

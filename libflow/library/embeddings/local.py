@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from libflow.library.embeddings.batching import Batcher
 from libflow.library.embeddings.interface import (
     EmbeddingError,
     PassageSizing,
@@ -225,8 +226,9 @@ class LocalEmbedder:
     ``backend`` runs it with PyTorch (``torch``) or ONNX Runtime (``onnx``; ``onnx-int8``
     with quantized matrix products, a vector space of its own, so a name of its own), on
     ``threads`` CPU threads (default: the CPUs this process may use). Texts are tokenized
-    once, sorted by length so a batch holds texts of one length (little padding), and put
-    back in order. A text longer than the model reads is an error, never cut silently.
+    once; the calls made at once on one event loop share batches (``batching``), each of
+    texts of about one length (little padding); every call gets its rows back in order. A
+    text longer than the model reads is an error, never cut silently.
     """
 
     def __init__(
@@ -258,6 +260,9 @@ class LocalEmbedder:
         self._session = None
         if backend != "torch":
             self._session = _onnx_session(self._loaded, directory, backend, self.threads)
+        self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Batcher[Encoding]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @classmethod
     async def open(
@@ -297,24 +302,30 @@ class LocalEmbedder:
         return self._session
 
     async def embed(self, texts: Sequence[str], *, truncate: bool = False) -> Vectors:
-        """Embed ``texts`` a batch at a time, one inference per process at a time.
+        """Embed ``texts`` in batches shared with concurrent calls, one inference at a time.
 
         A text longer than the model reads raises EmbeddingError (passages are cut to fit:
-        one that is not is a bug), unless ``truncate`` (a search query) says to read its
-        first ``max_tokens`` only.
+        one that is not is a bug), unless ``truncate`` (a search query, which goes before
+        passages) says to read its first ``max_tokens`` only.
         """
         if not texts:
             return empty_vectors(self.dimensions)
         encodings = await asyncio.to_thread(self._tokenize, texts, truncate)
-        # Longest first, so each batch holds texts of about one length.
-        order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))
-        vectors = np.empty((len(texts), self.dimensions), dtype=np.float32)
-        for start in range(0, len(order), self.batch_size):
-            rows = order[start : start + self.batch_size]
-            async with _loop_lock():
-                batch = await asyncio.to_thread(self._infer, [encodings[i] for i in rows])
-            vectors[rows] = batch
-        return vectors
+        return await self._batcher().embed(encodings, query=truncate)
+
+    def _batcher(self) -> Batcher[Encoding]:
+        """The batcher of the running event loop (its calls share batches)."""
+        loop = asyncio.get_running_loop()
+        batcher = self._batchers.get(loop)
+        if batcher is None:
+            batcher = self._batchers[loop] = Batcher(
+                self._infer,
+                _token_count,
+                batch_size=self.batch_size,
+                dimensions=self.dimensions,
+                exclusive=_loop_lock,
+            )
+        return batcher
 
     def _tokenize(self, texts: Sequence[str], truncate: bool) -> list[Encoding]:
         tokenizer = self._tokenizers.truncating if truncate else self._tokenizers.counting
@@ -360,6 +371,11 @@ class LocalEmbedder:
             output = self._loaded.model(features)["sentence_embedding"]
         vectors = torch.nn.functional.normalize(output, p=2, dim=1)
         return np.asarray(vectors.numpy(), dtype=np.float32)
+
+
+def _token_count(encoding: Encoding) -> int:
+    """How long a text is to the model: its padded width in a batch."""
+    return len(encoding.ids)
 
 
 def _padded(rows: Sequence[Sequence[int]], width: int) -> IntArray:

@@ -1,0 +1,181 @@
+"""Batches for the local model: concurrent embed calls share them, cut to waste little padding.
+
+Each file's processing embeds its own 2-3 passages. Run call by call, a batch is padded to
+its longest passage: a 300-word document's last passage (about 100 word pieces) cost as much
+as its full ones, about 18% of int8 inference spent on padding. So the calls of one event
+loop queue here and one task runs the model for all of them: each round pools what is
+waiting (search queries first, then passages, the calls in turn), cuts the pool, longest
+first, into the runs that cost the fewest padded tokens, and runs the one holding the
+longest passage of the call first in line (so every call advances), then puts that call
+last in line if it has more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+import numpy as np
+
+from libflow.library.embeddings.interface import EmbeddingError, Vectors
+
+Item = TypeVar("Item")
+# What one more model call costs beyond its tokens, in padded tokens (the thread hand-off,
+# the session's set-up, pooling): a batch is cut in two only to save more than that.
+CALL_OVERHEAD_TOKENS = 16
+# The pool of a round, in batches: enough passages to group by length, little to sort.
+POOL_BATCHES = 4
+
+
+def padding_runs(lengths: Sequence[int], limit: int) -> list[tuple[int, int]]:
+    """``lengths`` (longest first) cut into runs of at most ``limit``: the fewest padded tokens.
+
+    A run costs its count times its first (longest) length, plus CALL_OVERHEAD_TOKENS; the
+    cuts are the cheapest (dynamic programming over where each run ends). Returns
+    ``(start, end)`` pairs, in order.
+    """
+    count = len(lengths)
+    best = [0] * (count + 1)  # best[i]: the least cost of the first i lengths
+    cut = [0] * (count + 1)
+    for end in range(1, count + 1):
+        best[end], cut[end] = min(
+            (best[start] + (end - start) * lengths[start] + CALL_OVERHEAD_TOKENS, start)
+            for start in range(max(0, end - limit), end)
+        )
+    runs = []
+    end = count
+    while end:
+        runs.append((cut[end], end))
+        end = cut[end]
+    return runs[::-1]
+
+
+@dataclass(eq=False)
+class _Call(Generic[Item]):
+    """One embed call: its items, the rows still to run (longest first), its vectors."""
+
+    items: Sequence[Item]
+    lengths: list[int]
+    vectors: Vectors
+    done: asyncio.Future[Vectors]
+    waiting: deque[int] = field(default_factory=deque)
+
+
+class Batcher(Generic[Item]):
+    """Runs ``infer`` for every embed call made on one event loop, a batch at a time.
+
+    ``infer`` (blocking, run in a thread) embeds one batch, its items of about one length;
+    ``exclusive`` is held around each batch (one inference at a time in the process).
+    """
+
+    def __init__(
+        self,
+        infer: Callable[[list[Item]], Vectors],
+        length: Callable[[Item], int],
+        *,
+        batch_size: int,
+        dimensions: int,
+        exclusive: Callable[[], contextlib.AbstractAsyncContextManager[object]],
+    ) -> None:
+        self._infer = infer
+        self._length = length
+        self._batch_size = batch_size
+        self._dimensions = dimensions
+        self._exclusive = exclusive
+        self._queries: deque[_Call[Item]] = deque()
+        self._passages: deque[_Call[Item]] = deque()
+        self._runner: asyncio.Task[None] | None = None
+
+    async def embed(self, items: Sequence[Item], *, query: bool = False) -> Vectors:
+        """One vector per item, in order; ``query`` (a search) goes before passages."""
+        lengths = [self._length(item) for item in items]
+        call = _Call(
+            items,
+            lengths,
+            np.empty((len(items), self._dimensions), dtype=np.float32),
+            asyncio.get_running_loop().create_future(),
+            deque(sorted(range(len(items)), key=lambda i: -lengths[i])),
+        )
+        (self._queries if query else self._passages).append(call)
+        if self._runner is None or self._runner.done():
+            self._runner = asyncio.create_task(self._run())
+        # Cancelled (its job's budget, a shutdown): the future is too, and the runner drops
+        # the call's remaining rows.
+        return await call.done
+
+    async def _run(self) -> None:
+        try:
+            while self._queries or self._passages:
+                await self._round(self._queries if self._queries else self._passages)
+        finally:
+            # A finished task holds its event loop: the batcher (kept per loop, weakly) must not.
+            self._runner = None
+            # Only when the runner itself ended early (cancelled at shutdown, or a bug).
+            for line in (self._queries, self._passages):
+                while line:
+                    call = line.popleft()
+                    if not call.done.done():
+                        call.done.set_exception(
+                            EmbeddingError("the embedder stopped", transient=True)
+                        )
+
+    async def _round(self, line: deque[_Call[Item]]) -> None:
+        """Run one batch from the calls of ``line``; finish or requeue the calls it served."""
+        while line and line[0].done.done():
+            line.popleft()  # cancelled by its caller
+        if not line:
+            return
+        front = line[0]
+        rows = self._pool(line)
+        first = rows.index((front, front.waiting[0]))
+        start, end = next(
+            (s, e)
+            for s, e in padding_runs([c.lengths[i] for c, i in rows], self._batch_size)
+            if s <= first < e
+        )
+        batch = rows[start:end]
+        served = list(dict.fromkeys(call for call, _ in batch))
+        for call, index in batch:
+            call.waiting.remove(index)
+        try:
+            async with self._exclusive():
+                vectors = await asyncio.to_thread(self._infer, [c.items[i] for c, i in batch])
+        except Exception as err:
+            # The batch's calls fail together (the model failed, not one of their texts).
+            for call in served:
+                with contextlib.suppress(ValueError):
+                    line.remove(call)
+                if not call.done.done():
+                    call.done.set_exception(err)
+            return
+        for row, (call, index) in enumerate(batch):
+            call.vectors[index] = vectors[row]
+        for call in served:
+            if call.waiting and not call.done.done():
+                continue
+            with contextlib.suppress(ValueError):
+                line.remove(call)
+            if not call.done.done():
+                call.done.set_result(call.vectors)
+        # The call first in line had its turn: it waits behind the others for its next.
+        if front.waiting and not front.done.done():
+            line.remove(front)
+            line.append(front)
+
+    def _pool(self, line: deque[_Call[Item]]) -> list[tuple[_Call[Item], int]]:
+        """The rows of the calls first in line (up to POOL_BATCHES batches), longest first."""
+        limit = POOL_BATCHES * self._batch_size
+        rows: list[tuple[_Call[Item], int]] = []
+        for call in line:
+            if call.done.done():
+                continue
+            rows.extend((call, i) for i in itertools.islice(call.waiting, limit - len(rows)))
+            if len(rows) >= limit:
+                break
+        rows.sort(key=lambda row: -row[0].lengths[row[1]])
+        return rows
