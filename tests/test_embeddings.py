@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -97,6 +98,62 @@ def test_local_embedder_loads_offline_and_gives_unit_float32_rows() -> None:
     # Offline without setting HF_HUB_OFFLINE and friends for the whole process.
     assert report["offlineVariables"] == []
     assert "Loading weights" not in result.stderr
+
+
+# One process of a deployment: the ONNX int8 embedder on a model cache directory.
+ONNX_START = """
+import asyncio, json, sys
+from pathlib import Path
+from libflow.library.embeddings.local import LocalEmbedder
+
+async def main():
+    embedder = await LocalEmbedder.open(backend="onnx-int8", cache_dir=Path(sys.argv[1]))
+    vectors = await embedder.embed(["first text", "a second, longer text"])
+    print(json.dumps({
+        "torch": "torch" in sys.modules,
+        "vectors": vectors.tolist(),
+        "maxTokens": embedder.max_tokens,
+        "sizing": embedder.passage_sizing.tokenizer,
+    }))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.usefixtures("semantic_search")
+def test_a_process_finding_the_model_exported_runs_it_without_pytorch(tmp_path: Path) -> None:
+    # The first process exports the model (through PyTorch); every later one finds the
+    # export recorded in the cache directory and never imports PyTorch (~600 MiB each).
+    def start() -> dict[str, Any]:
+        result = subprocess.run(
+            [sys.executable, "-W", "error", "-c", ONNX_START, str(tmp_path)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        report: dict[str, Any] = json.loads(result.stdout)
+        return report
+
+    first, second = start(), start()
+    assert first["torch"] and not second["torch"]
+    assert second["maxTokens"] == first["maxTokens"] == 256
+    assert second["sizing"] == first["sizing"] and Path(second["sizing"]).is_file()
+    assert np.allclose(second["vectors"], first["vectors"], atol=1e-6)
+
+
+@pytest.mark.usefixtures("semantic_search")
+def test_an_export_record_that_does_not_hold_is_exported_again(tmp_path: Path) -> None:
+    for record in tmp_path.glob("exported-*.json"):
+        record.unlink()
+    embedder = LocalEmbedder(backend="onnx-int8", cache_dir=tmp_path)
+    [record] = tmp_path.glob("exported-*.int8.json")
+    record.write_text("{not json")
+    again = LocalEmbedder(backend="onnx-int8", cache_dir=tmp_path)
+    assert again.max_tokens == embedder.max_tokens
+    assert json.loads(record.read_text())["maxTokens"] == embedder.max_tokens
 
 
 @pytest.mark.usefixtures("semantic_search")

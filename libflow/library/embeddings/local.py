@@ -28,9 +28,13 @@ from libflow.library.embeddings.interface import (
     empty_vectors,
 )
 from libflow.library.embeddings.onnx_export import (
+    ExportedModel,
     exported_model,
+    find_exported,
     mean_pooled,
     open_session,
+    record_exported,
+    source_digest,
     supports_onnx,
 )
 from settings import SettingsError
@@ -133,58 +137,66 @@ class _Tokenizers:
     truncating: Tokenizer  # the first max_tokens (queries)
 
 
-_tokenizer_cache: dict[tuple[str, Path], _Tokenizers] = {}
-# By model, backend and threads, not directory: a process exports a model once.
-_sessions: dict[tuple[str, str, int], InferenceSession] = {}
+_tokenizer_cache: dict[tuple[Path, int], _Tokenizers] = {}
+_sessions: dict[tuple[Path, int], InferenceSession] = {}
 
 
 def _tokenizers(loaded: _LoadedModel, directory: Path, max_tokens: int) -> _Tokenizers:
     """The model's tokenizer, saved in ``directory`` under a name made of its digest."""
+    backend: Any = getattr(loaded.model.tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise SettingsError(
+            f"embedding model {loaded.location!r} has no fast tokenizer: passages could "
+            "not be sized by it"
+        )
+    saved = backend.to_str()
+    path = directory / f"tokenizer-{hashlib.sha256(saved.encode()).hexdigest()[:16]}.json"
+    if not path.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        draft = path.with_name(f".{path.name}.{os.getpid()}")
+        draft.write_text(saved, encoding="utf-8")
+        draft.replace(path)
+    return _tokenizers_at(path, max_tokens, saved)
+
+
+def _tokenizers_at(path: Path, max_tokens: int, saved: str | None = None) -> _Tokenizers:
+    """The tokenizer saved at ``path`` (its text ``saved`` when at hand), counting and
+    truncating; one pair per process."""
     from tokenizers import Tokenizer
 
     with _models_lock:
-        key = (loaded.location, directory)
-        cached = _tokenizer_cache.get(key)
+        cached = _tokenizer_cache.get((path, max_tokens))
         if cached is not None:
             return cached
-        backend: Any = getattr(loaded.model.tokenizer, "backend_tokenizer", None)
-        if backend is None:
-            raise SettingsError(
-                f"embedding model {loaded.location!r} has no fast tokenizer: passages could "
-                "not be sized by it"
-            )
-        saved = backend.to_str()
-        path = directory / f"tokenizer-{hashlib.sha256(saved.encode()).hexdigest()[:16]}.json"
-        if not path.exists():
-            directory.mkdir(parents=True, exist_ok=True)
-            draft = path.with_name(f".{path.name}.{os.getpid()}")
-            draft.write_text(saved, encoding="utf-8")
-            draft.replace(path)
+        if saved is None:
+            saved = path.read_text(encoding="utf-8")
         counting = Tokenizer.from_str(saved)
         counting.no_truncation()
         counting.no_padding()
         truncating = Tokenizer.from_str(saved)
         truncating.enable_truncation(max_tokens)
         truncating.no_padding()
-        cached = _tokenizer_cache[key] = _Tokenizers(path, counting, truncating)
+        cached = _tokenizer_cache[(path, max_tokens)] = _Tokenizers(path, counting, truncating)
         return cached
 
 
-def _onnx_session(
-    loaded: _LoadedModel, directory: Path, backend: LocalBackend, threads: int
-) -> InferenceSession:
-    """The ONNX Runtime session of the model (exported once into ``directory``)."""
+def _onnx_path(loaded: _LoadedModel, directory: Path, *, int8: bool) -> Path:
+    """The model's ONNX file, exported into ``directory`` unless it is there already."""
     if not supports_onnx(loaded.model):
         raise SettingsError(
             f"embedding model {loaded.location!r} is not a transformer with mean pooling: "
             "set LIBFLOW_EMBEDDING_BACKEND=torch"
         )
     with _models_lock:
-        key = (loaded.location, backend, threads)
-        session = _sessions.get(key)
+        return exported_model(loaded.model, directory, int8=int8)
+
+
+def _onnx_session(path: Path, threads: int) -> InferenceSession:
+    """The ONNX Runtime session of the model at ``path``, one per process and thread count."""
+    with _models_lock:
+        session = _sessions.get((path, threads))
         if session is None:
-            path = exported_model(loaded.model, directory, int8=backend == "onnx-int8")
-            session = _sessions[key] = open_session(path, threads)
+            session = _sessions[(path, threads)] = open_session(path, threads)
         return session
 
 
@@ -241,25 +253,43 @@ class LocalEmbedder:
         cache_dir: Path | None = None,
     ) -> None:
         """Load (or reuse) ``model``; this blocks, so async code uses ``LocalEmbedder.open``."""
-        location = _model_location(model)
-        self._loaded = _load_model(location)
+        location = self._location = _model_location(model)
         shown = DEFAULT_LOCAL_MODEL if model in (None, *PACKAGED_MODEL_NAMES) else model
         self.backend: LocalBackend = backend
         self.name = f"local:{shown}" + ("+int8" if backend == "onnx-int8" else "")
-        self.dimensions = self._loaded.dimensions
         self.batch_size = batch_size
         self.threads = threads or _cpu_budget()
-        self.max_tokens = _max_tokens(self._loaded)
         directory = cache_dir if cache_dir is not None else _private_cache()
-        self._tokenizers = _tokenizers(self._loaded, directory, self.max_tokens)
+        int8 = backend == "onnx-int8"
+        # An ONNX backend whose export is recorded runs without PyTorch: the model is loaded
+        # (into PyTorch) only to export it, or for the torch backend.
+        source = source_digest(location) if backend != "torch" else None
+        exported = find_exported(directory, source, int8=int8) if source is not None else None
+        self._loaded: _LoadedModel | None = None
+        if exported is None:
+            loaded = self._loaded = _load_model(location)
+            self.dimensions = loaded.dimensions
+            self.max_tokens = _max_tokens(loaded)
+            self._tokenizers = _tokenizers(loaded, directory, self.max_tokens)
+            if backend != "torch":
+                exported = ExportedModel(
+                    onnx=_onnx_path(loaded, directory, int8=int8),
+                    tokenizer=self._tokenizers.path,
+                    max_tokens=self.max_tokens,
+                    dimensions=self.dimensions,
+                )
+                if source is not None:
+                    record_exported(directory, source, exported, int8=int8)
+        else:
+            self.dimensions = exported.dimensions
+            self.max_tokens = exported.max_tokens
+            self._tokenizers = _tokenizers_at(exported.tokenizer, self.max_tokens)
         self.passage_sizing = PassageSizing(
             max_tokens=self.max_tokens,
             overlap_tokens=self.max_tokens // 10,
             tokenizer=str(self._tokenizers.path),
         )
-        self._session = None
-        if backend != "torch":
-            self._session = _onnx_session(self._loaded, directory, backend, self.threads)
+        self._session = _onnx_session(exported.onnx, self.threads) if exported else None
         self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Batcher[Encoding]] = (
             weakref.WeakKeyDictionary()
         )
@@ -288,7 +318,10 @@ class LocalEmbedder:
 
     @property
     def model(self) -> SentenceTransformer:
-        """The shared sentence-transformers model."""
+        """The shared sentence-transformers model (loaded into PyTorch on first use when the
+        ONNX backend did not need it)."""
+        if self._loaded is None:
+            self._loaded = _load_model(self._location)
         return self._loaded.model
 
     @property
@@ -365,10 +398,11 @@ class LocalEmbedder:
         import torch
 
         _use_torch_threads(self.threads)
-        names = set(self._loaded.model.tokenizer.model_input_names)
+        model = self.model
+        names = set(model.tokenizer.model_input_names)
         features = {k: torch.from_numpy(v) for k, v in inputs.items() if k in names}
         with torch.inference_mode():
-            output = self._loaded.model(features)["sentence_embedding"]
+            output = model(features)["sentence_embedding"]
         vectors = torch.nn.functional.normalize(output, p=2, dim=1)
         return np.asarray(vectors.numpy(), dtype=np.float32)
 
