@@ -29,6 +29,7 @@ from libflow.api import (
 from libflow.api.auth import api_key_middleware
 from libflow.api.errors import error_middleware, serve_json_errors
 from libflow.jobs import InProcessJobQueue
+from libflow.library.processing.isolation import ChildCrashed, start_preparation_server
 from libflow.logs import request_log_middleware
 from libflow.metrics import HttpMetrics, metrics_middleware
 from libflow.models import Project
@@ -64,11 +65,16 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _periodic_jobs(app: web.Application) -> AsyncIterator[None]:
-    """In the embedded shape, the timers that stand in for the workers' arq cron."""
+    """In the embedded shape, the timers that stand in for the workers' arq cron, and the
+    preparation server started now, as a worker does, rather than by the first file."""
     queue = app[appkeys.JOBS]
     if not isinstance(queue, InProcessJobQueue):
         yield  # workers run the periodic jobs
         return
+    try:
+        await start_preparation_server()
+    except ChildCrashed as err:  # the first file tries again (and counts a crash)
+        logger.warning("the preparation server did not start: %s", err)
     async with periodic_jobs_in_process(queue, app[appkeys.SETTINGS]):
         yield
 

@@ -5,15 +5,17 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from libflow import appkeys
+from libflow.library.processing import isolation
 from libflow.library.search import search as search_index
 from libflow.library.vectors import PassageFilter, QueryEmbedder, Vector, VectorIndex
 from libflow.models import Chunk, LibraryFile, ProcessingStatus
-from tests.conftest import Api, fixture_bytes, wait_until_processed
+from tests.conftest import Api, ClientFactory, base_settings, fixture_bytes, wait_until_processed
 from tests.library_helpers import assert_error
 from tests.processing_helpers import (
     job_context,
@@ -298,3 +300,13 @@ async def test_vectors_of_another_embedder_are_never_searched(api: Api) -> None:
     assert await hits(StoredVectorEmbedder(chunk.embedder, stored)) == [record["id"]]
     app_embedder = api.client.app[appkeys.EMBEDDER] if api.client.app else None
     assert app_embedder is not None and chunk.embedder == app_embedder.name
+
+
+async def test_the_embedded_server_starts_its_preparation_server_as_it_starts(
+    start_app: ClientFactory, tmp_path: Path
+) -> None:
+    # As a worker does: the first file does not wait for the preparation server's start.
+    isolation.stop_preparation_server()
+    assert not isolation.preparation_server_running()
+    await start_app(base_settings(tmp_path))
+    assert isolation.preparation_server_running()

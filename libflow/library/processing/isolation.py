@@ -136,6 +136,12 @@ async def start_preparation_server() -> None:
     await asyncio.to_thread(_SERVER.socket_path)
 
 
+def preparation_server_running() -> bool:
+    """Whether this process's preparation server is up."""
+    process = _SERVER._process
+    return process is not None and process.poll() is None
+
+
 def stop_preparation_server() -> None:
     """Stop the preparation server (blocking): the next file starts one, as installed then."""
     _SERVER.stop()
