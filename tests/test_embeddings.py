@@ -145,6 +145,29 @@ def test_a_process_finding_the_model_exported_runs_it_without_pytorch(tmp_path: 
 
 
 @pytest.mark.usefixtures("semantic_search")
+def test_processes_started_together_export_the_model_once_and_all_start(tmp_path: Path) -> None:
+    # --workers N starts its processes at once on one cache directory: the quantizer's
+    # scratch file, named after its input, was deleted by one under another, which died.
+    starts = [
+        subprocess.Popen(
+            [sys.executable, "-W", "error", "-c", ONNX_START, str(tmp_path)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    reports = []
+    for start in starts:
+        out, err = start.communicate(timeout=300)
+        assert start.returncode == 0, err
+        reports.append(json.loads(out))
+    assert all(np.allclose(r["vectors"], reports[0]["vectors"], atol=1e-6) for r in reports)
+    assert len(list(tmp_path.glob("*.int8.onnx"))) == 1
+
+
+@pytest.mark.usefixtures("semantic_search")
 def test_an_export_record_that_does_not_hold_is_exported_again(tmp_path: Path) -> None:
     for record in tmp_path.glob("exported-*.json"):
         record.unlink()

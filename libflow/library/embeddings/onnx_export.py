@@ -14,12 +14,15 @@ memory in every API process and worker, and seconds of start-up).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
 import os
 import tempfile
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -128,15 +131,32 @@ def exported_model(model: SentenceTransformer, cache_dir: Path, *, int8: bool) -
     """The model's ONNX file in ``cache_dir``, exported (and quantized) if not there yet."""
     key = weights_digest(model)
     fp32 = cache_dir / f"{key}.onnx"
-    if not fp32.exists():
-        logger.info("exporting the embedding model to ONNX", extra={"path": str(fp32)})
-        _write_atomically(fp32, lambda target: _export(model, target))
-    if not int8:
-        return fp32
     quantized = cache_dir / f"{key}.int8.onnx"
-    if not quantized.exists():
-        _write_atomically(quantized, lambda target: _quantize(fp32, target))
-    return quantized
+    wanted = quantized if int8 else fp32
+    if wanted.exists():
+        return wanted
+    # One process at a time: processes started together (--workers N, a worker beside the
+    # API) would each export, and the quantizer writes a scratch file named after its input
+    # (<key>-inferred.onnx) that one process deleted under another, which then failed.
+    with _exclusive(cache_dir / ".export.lock"):
+        if not fp32.exists():
+            logger.info("exporting the embedding model to ONNX", extra={"path": str(fp32)})
+            _write_atomically(fp32, lambda target: _export(model, target))
+        if int8 and not quantized.exists():
+            _write_atomically(quantized, lambda target: _quantize(fp32, target))
+    return wanted
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``lock_path`` (blocking) across processes."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _write_atomically(path: Path, write: Any) -> None:
