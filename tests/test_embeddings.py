@@ -165,6 +165,8 @@ def test_processes_started_together_export_the_model_once_and_all_start(tmp_path
         reports.append(json.loads(out))
     assert all(np.allclose(r["vectors"], reports[0]["vectors"], atol=1e-6) for r in reports)
     assert len(list(tmp_path.glob("*.int8.onnx"))) == 1
+    # The one that exported loaded PyTorch; those that waited found its export.
+    assert sum(report["torch"] for report in reports) == 1
 
 
 @pytest.mark.usefixtures("semantic_search")

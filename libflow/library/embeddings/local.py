@@ -29,6 +29,7 @@ from libflow.library.embeddings.interface import (
 )
 from libflow.library.embeddings.onnx_export import (
     ExportedModel,
+    export_lock,
     exported_model,
     find_exported,
     mean_pooled,
@@ -243,6 +244,10 @@ class LocalEmbedder:
     text longer than the model reads is an error, never cut silently.
     """
 
+    dimensions: int
+    max_tokens: int
+    _tokenizers: _Tokenizers
+
     def __init__(
         self,
         model: str | None = None,
@@ -263,27 +268,29 @@ class LocalEmbedder:
         int8 = backend == "onnx-int8"
         # An ONNX backend whose export is recorded runs without PyTorch: the model is loaded
         # (into PyTorch) only to export it, or for the torch backend.
-        source = source_digest(location) if backend != "torch" else None
-        exported = find_exported(directory, source, int8=int8) if source is not None else None
         self._loaded: _LoadedModel | None = None
-        if exported is None:
-            loaded = self._loaded = _load_model(location)
-            self.dimensions = loaded.dimensions
-            self.max_tokens = _max_tokens(loaded)
-            self._tokenizers = _tokenizers(loaded, directory, self.max_tokens)
-            if backend != "torch":
-                exported = ExportedModel(
-                    onnx=_onnx_path(loaded, directory, int8=int8),
-                    tokenizer=self._tokenizers.path,
-                    max_tokens=self.max_tokens,
-                    dimensions=self.dimensions,
-                )
-                if source is not None:
-                    record_exported(directory, source, exported, int8=int8)
+        exported = None
+        if backend == "torch":
+            self._use_loaded(_load_model(location), directory)
         else:
-            self.dimensions = exported.dimensions
-            self.max_tokens = exported.max_tokens
-            self._tokenizers = _tokenizers_at(exported.tokenizer, self.max_tokens)
+            source = source_digest(location)
+            with export_lock(directory):
+                if source is not None:
+                    exported = find_exported(directory, source, int8=int8)
+                if exported is None:
+                    loaded = self._use_loaded(_load_model(location), directory)
+                    exported = ExportedModel(
+                        onnx=_onnx_path(loaded, directory, int8=int8),
+                        tokenizer=self._tokenizers.path,
+                        max_tokens=self.max_tokens,
+                        dimensions=self.dimensions,
+                    )
+                    if source is not None:
+                        record_exported(directory, source, exported, int8=int8)
+                else:
+                    self.dimensions = exported.dimensions
+                    self.max_tokens = exported.max_tokens
+                    self._tokenizers = _tokenizers_at(exported.tokenizer, self.max_tokens)
         self.passage_sizing = PassageSizing(
             max_tokens=self.max_tokens,
             overlap_tokens=self.max_tokens // 10,
@@ -293,6 +300,14 @@ class LocalEmbedder:
         self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Batcher[Encoding]] = (
             weakref.WeakKeyDictionary()
         )
+
+    def _use_loaded(self, loaded: _LoadedModel, directory: Path) -> _LoadedModel:
+        """Take the dimension, the length and the tokenizer from the model loaded."""
+        self._loaded = loaded
+        self.dimensions = loaded.dimensions
+        self.max_tokens = _max_tokens(loaded)
+        self._tokenizers = _tokenizers(loaded, directory, self.max_tokens)
+        return loaded
 
     @classmethod
     async def open(

@@ -128,30 +128,35 @@ def record_exported(cache_dir: Path, source: str, exported: ExportedModel, *, in
 
 
 def exported_model(model: SentenceTransformer, cache_dir: Path, *, int8: bool) -> Path:
-    """The model's ONNX file in ``cache_dir``, exported (and quantized) if not there yet."""
+    """The model's ONNX file in ``cache_dir``, exported (and quantized) if not there yet.
+
+    Processes that may share ``cache_dir`` call this holding ``export_lock(cache_dir)``.
+    """
     key = weights_digest(model)
     fp32 = cache_dir / f"{key}.onnx"
+    if not fp32.exists():
+        logger.info("exporting the embedding model to ONNX", extra={"path": str(fp32)})
+        _write_atomically(fp32, lambda target: _export(model, target))
+    if not int8:
+        return fp32
     quantized = cache_dir / f"{key}.int8.onnx"
-    wanted = quantized if int8 else fp32
-    if wanted.exists():
-        return wanted
-    # One process at a time: processes started together (--workers N, a worker beside the
-    # API) would each export, and the quantizer writes a scratch file named after its input
-    # (<key>-inferred.onnx) that one process deleted under another, which then failed.
-    with _exclusive(cache_dir / ".export.lock"):
-        if not fp32.exists():
-            logger.info("exporting the embedding model to ONNX", extra={"path": str(fp32)})
-            _write_atomically(fp32, lambda target: _export(model, target))
-        if int8 and not quantized.exists():
-            _write_atomically(quantized, lambda target: _quantize(fp32, target))
-    return wanted
+    if not quantized.exists():
+        _write_atomically(quantized, lambda target: _quantize(fp32, target))
+    return quantized
 
 
 @contextlib.contextmanager
-def _exclusive(lock_path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``lock_path`` (blocking) across processes."""
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with lock_path.open("a") as handle:
+def export_lock(cache_dir: Path) -> Iterator[None]:
+    """Hold the cache directory's export lock (blocking), across processes.
+
+    Processes started together (--workers N, a worker beside the API) would each export,
+    and the quantizer writes a scratch file named after its input (<key>-inferred.onnx)
+    that one process deleted under another, which then failed. Held from looking for the
+    export to recording it, so that the processes that waited find it and never load
+    PyTorch. Not re-entrant: a second hold in one process waits for ever.
+    """
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with (cache_dir / ".export.lock").open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
