@@ -21,6 +21,7 @@ from tortoise import fields
 from tortoise.fields.data import CharEnumFieldInstance
 from tortoise.models import Model
 
+from libflow.db.new_rows import filled_instance
 from libflow.ids import possible_id
 from libflow.models import LibraryFile, Webhook, Workflow, WorkflowVersion
 
@@ -116,15 +117,7 @@ def model_from_row(model: type[M], row: sqlite3.Row) -> M:
             values[column] = convert(value)
     if not plan.columns_are_fields:
         return model._init_from_db(**values)
-    instance = model.__new__(model)
-    state = instance.__dict__
-    state.update(values)
-    # What _init_from_db gives an instance read from the database.
-    state["_partial"] = False
-    state["_saved_in_db"] = True
-    state["_custom_generated_pk"] = model._meta.db_pk_column not in model._meta.generated_db_fields
-    state["_await_when_save"] = {}
-    return instance
+    return filled_instance(model, values, in_db=True)
 
 
 _FILE_SQL = 'SELECT * FROM "library_files" WHERE "id" = ? AND "project_id" = ? LIMIT 1'

@@ -48,14 +48,19 @@ def _defaults(model: type[Model]) -> tuple[tuple[str, Callable[[], Any]], ...]:
 
 def new_instance(model: type[M], **values: Any) -> M:
     """``model(**values)`` for values of their fields' Python types: an unsaved instance."""
+    defaults = {name: make() for name, make in _defaults(model) if name not in values}
+    return filled_instance(model, {**defaults, **values}, in_db=False)
+
+
+def filled_instance(model: type[M], values: dict[str, Any], *, in_db: bool) -> M:
+    """An instance holding ``values`` (every field, of its Python type) in the state Tortoise
+    gives one it read from the database (``in_db``) or one made new; nothing is checked."""
     instance = model.__new__(model)
     state = instance.__dict__
-    state["_partial"] = False
-    state["_saved_in_db"] = False
-    state["_custom_generated_pk"] = False
-    state["_await_when_save"] = {}
-    for name, make in _defaults(model):
-        if name not in values:
-            state[name] = make()
     state.update(values)
+    state["_partial"] = False
+    state["_saved_in_db"] = in_db
+    meta = model._meta
+    state["_custom_generated_pk"] = in_db and meta.db_pk_column not in meta.generated_db_fields
+    state["_await_when_save"] = {}
     return instance

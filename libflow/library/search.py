@@ -149,12 +149,6 @@ def _metadata_sql(where: PassageFilter, sqlite: bool, params: list[Any], column:
     return clauses
 
 
-def _exact_terms(terms: list[str]) -> list[str]:
-    """The words the exact index matches whole: all but a last word that matches as a prefix."""
-    prefix = _prefix(terms)
-    return terms[:-1] if prefix else terms
-
-
 async def keyword_ranking(
     project_id: str, query: str, where: PassageFilter, n: int
 ) -> list[tuple[int, float]]:
@@ -171,7 +165,7 @@ async def keyword_ranking(
     if not terms:
         return []
     prefix = _prefix(terms)
-    exact = _exact_terms(terms)
+    exact = terms[:-1] if prefix else terms  # whole words; a last word long enough is a prefix
     connection = get_connection("default")
     sqlite = connection.capabilities.dialect == "sqlite"
     # Only the fixed fragments below are interpolated; every value is a parameter.

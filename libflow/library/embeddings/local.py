@@ -37,6 +37,7 @@ from libflow.library.embeddings.onnx_export import (
     record_exported,
     source_digest,
     supports_onnx,
+    write_atomically,
 )
 from settings import SettingsError
 
@@ -153,10 +154,7 @@ def _tokenizers(loaded: _LoadedModel, directory: Path, max_tokens: int) -> _Toke
     saved = backend.to_str()
     path = directory / f"tokenizer-{hashlib.sha256(saved.encode()).hexdigest()[:16]}.json"
     if not path.exists():
-        directory.mkdir(parents=True, exist_ok=True)
-        draft = path.with_name(f".{path.name}.{os.getpid()}")
-        draft.write_text(saved, encoding="utf-8")
-        draft.replace(path)
+        write_atomically(path, lambda target: target.write_text(saved, encoding="utf-8"))
     return _tokenizers_at(path, max_tokens, saved)
 
 

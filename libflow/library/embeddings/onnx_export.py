@@ -22,7 +22,7 @@ import logging
 import os
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -124,7 +124,7 @@ def record_exported(cache_dir: Path, source: str, exported: ExportedModel, *, in
             "dimensions": exported.dimensions,
         }
     )
-    _write_atomically(_record_path(cache_dir, source, int8), lambda target: target.write_text(text))
+    write_atomically(_record_path(cache_dir, source, int8), lambda target: target.write_text(text))
 
 
 def exported_model(model: SentenceTransformer, cache_dir: Path, *, int8: bool) -> Path:
@@ -136,12 +136,12 @@ def exported_model(model: SentenceTransformer, cache_dir: Path, *, int8: bool) -
     fp32 = cache_dir / f"{key}.onnx"
     if not fp32.exists():
         logger.info("exporting the embedding model to ONNX", extra={"path": str(fp32)})
-        _write_atomically(fp32, lambda target: _export(model, target))
+        write_atomically(fp32, lambda target: _export(model, target))
     if not int8:
         return fp32
     quantized = cache_dir / f"{key}.int8.onnx"
     if not quantized.exists():
-        _write_atomically(quantized, lambda target: _quantize(fp32, target))
+        write_atomically(quantized, lambda target: _quantize(fp32, target))
     return quantized
 
 
@@ -164,8 +164,8 @@ def export_lock(cache_dir: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _write_atomically(path: Path, write: Any) -> None:
-    """Write through a temporary file renamed into place: readers never see half a model."""
+def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
+    """Write through a temporary file renamed into place: readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
