@@ -13,6 +13,9 @@ from __future__ import annotations
 import copy
 from typing import Any, Final
 
+from libflow.library.search import FUSION_KEYWORD_WEIGHT, FUSION_SEMANTIC_WEIGHT
+from libflow.library.vectors import MIN_SIMILARITY
+
 _TIMESTAMP: Final = "ISO 8601, UTC."
 
 # A schema's words, then its fields' (by property name).
@@ -88,12 +91,14 @@ SCHEMA_WORDS: Final[dict[str, tuple[str, dict[str, str]]]] = {
             "fileId": "The id of the file it is in.",
             "name": "That file's name.",
             "chunk": "The passage's whole text.",
-            "score": "How well it matches, 0 to 1: the weighted mean of `scores` (0.6 "
-            "keyword, 0.4 semantic; a ranking that did not find the passage counts 0), or the "
-            "one score a keyword-only or semantic search has.",
+            "score": "How well it matches, 0 to 1: in hybrid mode the weighted mean of "
+            f"`scores` ({FUSION_KEYWORD_WEIGHT:g} keyword, {FUSION_SEMANTIC_WEIGHT:g} semantic; "
+            f"the cosine counted from {MIN_SIMILARITY:g} up to this query's best, and a "
+            "ranking that did not return the passage counting its lowest score), or the one "
+            "score a keyword-only or semantic search has.",
             "scores": "The score of each ranking, null where that ranking did not find it.",
-            "keyword": "BM25 (PostgreSQL: ts_rank_cd) over the best of this query's: 1.0 is "
-            "the best keyword match.",
+            "keyword": "BM25 (PostgreSQL: ts_rank_cd) in the exact and the stemmed index, "
+            "added, over the best of this query's: 1.0 is the best keyword match.",
             "semantic": "The cosine similarity of the passage and the query.",
             "page": "Its pdf page or pptx slide (from 1), the sheet's name for xlsx, or null.",
             "metadata": "The file's metadata.",
