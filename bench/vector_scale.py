@@ -30,7 +30,13 @@ import numpy.typing as npt
 
 from bench._common import Report, Result, install_sigterm_handler, percentile, render_table
 from libflow.db.connection import open_database
-from libflow.library.pgvector import EF_SEARCH, PgVectorSearch, ensure_hnsw_index
+from libflow.library.pgvector import (
+    EF_SEARCH,
+    HNSW_EF_CONSTRUCTION,
+    HNSW_M,
+    PgVectorSearch,
+    ensure_hnsw_index,
+)
 from libflow.library.search import CANDIDATES
 from libflow.library.vectors import MIN_SIMILARITY, PassageFilter
 from libflow.models import Folder, LibraryFile, Project
@@ -356,8 +362,8 @@ def _report(m: Measured) -> Report:
     notes = [
         f"{NAME}: {m.chunks:,} chunks of {DIMENSIONS}-d vectors ({TOPICS} topics, {LATENT} latent "
         f"directions each, spread {SPREAD}, noise {NOISE}), one project, {QUERIES} queries; "
-        f"ef_search {EF_SEARCH} (at least n), iterative scan relaxed_order, HNSW m=16 "
-        "ef_construction=64 (pgvector's defaults)",
+        f"ef_search {EF_SEARCH} (at least n), iterative scan relaxed_order, HNSW m={HNSW_M} "
+        f"ef_construction={HNSW_EF_CONSTRUCTION}",
         f"{NAME}: COPY of the rows {m.load_seconds:.0f} s, HNSW build {m.index_seconds:.0f} s "
         "(one parallel maintenance worker); "
         f"table with indexes {m.table_mib:,.0f} MiB of which HNSW {m.index_mib:,.0f} MiB",

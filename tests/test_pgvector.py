@@ -8,6 +8,7 @@ exact search, with a warning at start-up.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from pathlib import Path
@@ -208,6 +209,37 @@ async def test_the_query_uses_the_embedders_hnsw_index(
     found = await PgVectorSearch().nearest(project_id, embedder, vectors[0], PassageFilter(), 10)
     assert len(found) == 10
     assert found[0] == (int((await Chunk.get(file_id=file.id, seq=0)).id), pytest.approx(1.0))
+    await client.close()
+
+
+async def test_the_hnsw_graph_is_built_denser_than_pgvectors_default_and_replaces_it(
+    start_app: ClientFactory, pgvector: Shape
+) -> None:
+    # A database whose index was built with pgvector's defaults (ef_construction 64) gets
+    # the product's graph in its place: one index of that vector space, with its settings.
+    client = await start_app(pgvector.settings.model_copy(update={"embedder": "none"}))
+    connection = get_connection("default")
+    embedder, dimensions = "test:graph", 8
+    first = (
+        "library_chunks_hnsw_"
+        + hashlib.sha256(f"{embedder}\0{dimensions}".encode()).hexdigest()[:16]
+    )
+    await connection.execute_script(
+        f"CREATE INDEX {first} ON library_chunks USING hnsw"
+        f" ((embedding_vector::vector({dimensions})) vector_cosine_ops)"
+        f" WHERE embedder = '{embedder}' AND vector_dims(embedding_vector) = {dimensions}"
+    )
+
+    await ensure_hnsw_index(connection, embedder, dimensions)
+
+    rows = await connection.execute_query_dict(
+        "SELECT relname, reloptions FROM pg_class WHERE relname LIKE 'library_chunks_hnsw_%'"
+        " AND relname = ANY($1::text[])",
+        [[first, index_name(embedder, dimensions)]],
+    )
+    assert [(row["relname"], sorted(row["reloptions"])) for row in rows] == [
+        (index_name(embedder, dimensions), ["ef_construction=128", "m=16"])
+    ]
     await client.close()
 
 
