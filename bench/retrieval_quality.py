@@ -1,9 +1,11 @@
 """Retrieval quality: nDCG@10 and Recall@10 of hybrid search against BM25 alone and dense alone.
 
 A real server (embedded shape: SQLite, local storage, in-process jobs, the local MiniLM
-embedder) gets every document of the test collection (``bench._faq_collection``: the Python
-FAQ's questions over Python documentation) through the public three-step upload, one .txt
-file a document named after its id. When all are processed, every query goes through
+embedder) gets every document of a test collection through the public three-step upload,
+one .txt file a document named after its id: ``python-faq`` (``bench._faq_collection``, the
+default: the Python FAQ's questions over Python documentation) or ``manpages``
+(``bench._manpage_collection``: man page descriptions over the man pages installed, built
+when the benchmark runs). When all are processed, every query goes through
 ``POST .../library/search`` once per mode (hybrid, keyword, semantic), and the hits' files,
 in the order of their best passage, are the ranking scored against the judgements.
 
@@ -12,7 +14,7 @@ libflow's fusion (``bench._retrieval_server``, a hook of this benchmark, not of 
 gives the RRF row; ``--grid`` also runs hybrid under each fusion setting of FUSION_GRID.
 Each restarted server must first rank some queries as the first one did in semantic mode.
 
-Run alone with ``python -m bench.retrieval_quality [--quick] [--grid]``.
+Run alone with ``python -m bench.retrieval_quality [--quick] [--grid] [--collection NAME]``.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import _faq_collection
+from bench import _faq_collection, _manpage_collection
 from bench._common import (
     PYTHON,
     BenchError,
@@ -52,6 +54,7 @@ from bench._faq_collection import Collection
 from bench._retrieval_server import FUSION_ENV
 
 NAME = "retrieval_quality"
+COLLECTIONS = ("python-faq", _manpage_collection.NAME)  # the first, shipped, is the default
 CUTOFF = 10
 # Passages asked for per query: enough distinct files for the top CUTOFF documents when a
 # document has several passages. At most the service's candidate count (50), so asking for
@@ -344,7 +347,23 @@ def _check_search_route(library: Library) -> None:
 # -- the report -----------------------------------------------------------------------------
 
 
+def _about(collection: Collection) -> str:
+    """What the collection is, for the report's notes."""
+    if collection.name.startswith(_manpage_collection.NAME):
+        return (
+            "the one-line descriptions of man pages installed on this machine over those "
+            "pages rendered by groff without their NAME section (built when the benchmark "
+            "runs, nothing shipped; bench/_manpage_collection.py)"
+        )
+    return (
+        "the Python FAQ's questions over Python 3.11's documentation (Debian python3.11-doc, "
+        "PSF license; bench/data/README.md): no standard test collection is reachable from "
+        "this machine's package registries"
+    )
+
+
 def report(run: Run, grid_asked: bool) -> Report:
+    c = run.collection
     hybrid = run.modes["hybrid"].scores
     keyword = run.modes["keyword"].scores
     semantic = run.modes["semantic"].scores
@@ -355,7 +374,7 @@ def report(run: Run, grid_asked: bool) -> Report:
         rows.append(
             Result(
                 NAME,
-                f"{measure_name} hybrid (libflow's fusion)",
+                f"{c.name}: {measure_name} hybrid (libflow's fusion)",
                 value,
                 "",
                 baseline=best_alone,
@@ -365,30 +384,34 @@ def report(run: Run, grid_asked: bool) -> Report:
             )
         )
         rows.append(
-            Result(NAME, f"{measure_name} keyword (BM25) alone", getattr(keyword, attr), "")
+            Result(
+                NAME, f"{c.name}: {measure_name} keyword (BM25) alone", getattr(keyword, attr), ""
+            )
         )
         rows.append(
-            Result(NAME, f"{measure_name} semantic (MiniLM) alone", getattr(semantic, attr), "")
+            Result(
+                NAME,
+                f"{c.name}: {measure_name} semantic (MiniLM) alone",
+                getattr(semantic, attr),
+                "",
+            )
         )
         if run.rrf is not None:
             rows.append(
                 Result(
                     NAME,
-                    f"{measure_name} hybrid, RRF k=60",
+                    f"{c.name}: {measure_name} hybrid, RRF k=60",
                     getattr(run.rrf.scores, attr),
                     "",
                     baseline=value,
                     baseline_label="libflow's fusion",
                 )
             )
-    c = run.collection
     judged = sum(len(j) for j in c.qrels.values())
     notes = [
         f"{NAME}: collection {c.name}: {len(c.documents):,} documents ({run.chunks:,} passages "
-        f"after chunking), {len(c.queries)} queries, {judged} judgements (one relevant answer a "
-        "question); the Python FAQ's questions over Python 3.11's documentation (Debian "
-        "python3.11-doc, PSF license; bench/data/README.md): no standard test collection is "
-        "reachable from this machine's package registries",
+        f"after chunking), {len(c.queries)} queries, {judged} judgements (one relevant document "
+        f"a query); {_about(c)}",
         f"{NAME}: real server (embedded shape, SQLite, local embedder), every document uploaded "
         f"as a .txt through create + PUT + files:complete ({UPLOAD_THREADS} at a time, "
         f"{run.upload_seconds:.0f} s; all processed after {run.processing_seconds:.0f} s), "
@@ -424,13 +447,31 @@ def report(run: Run, grid_asked: bool) -> Report:
     return Report(rows, notes)
 
 
-def run(quick: bool = False, grid: bool = False) -> Report:
-    """The benchmark as ``python -m bench`` runs it: every mode and RRF, no grid."""
+def load(name: str, quick: bool) -> Collection:
+    """The collection called ``name``; with ``quick``, QUICK_QUERIES queries of it."""
+    if name == _manpage_collection.NAME:
+        if not quick:
+            return _manpage_collection.build()
+        # Built small rather than cut down: each page taken costs a groff run.
+        return _manpage_collection.build(
+            queries=QUICK_QUERIES,
+            total=QUICK_QUERIES + QUICK_DISTRACTORS,
+            name=f"{_manpage_collection.NAME} (quick)",
+        )
     collection = _faq_collection.load()
-    if quick:
-        collection = quick_sample(collection)
+    return quick_sample(collection) if quick else collection
+
+
+def run(quick: bool = False, grid: bool = False, collection: str = COLLECTIONS[0]) -> Report:
+    """The benchmark as ``python -m bench`` runs it: every mode and RRF, no grid, the FAQ."""
+    started = time.perf_counter()
+    chosen = load(collection, quick)
+    built = time.perf_counter() - started
     settings = FUSION_GRID if grid else ()
-    return report(measure(collection, settings), grid)
+    result = report(measure(chosen, settings), grid)
+    if collection == _manpage_collection.NAME:
+        result.notes.append(f"{NAME}: the man page collection was built in {built:.0f} s")
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -443,10 +484,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--grid", action="store_true", help="also run hybrid under each fusion setting"
     )
+    parser.add_argument(
+        "--collection",
+        choices=COLLECTIONS,
+        default=COLLECTIONS[0],
+        help="the test collection (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     install_sigterm_handler()
     try:
-        result = run(quick=args.quick, grid=args.grid)
+        result = run(quick=args.quick, grid=args.grid, collection=args.collection)
     except (BenchError, OSError, subprocess.SubprocessError) as err:
         result = Report([Result.failed(NAME, err)])
     print(render_table([result]))
