@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 from libflow.db.connection import open_database
 from libflow.db.fast_reads import FastReads
 from libflow.engine import NodeServices
+from libflow.freed_memory import releasing_freed_memory
 from libflow.jobs import (
     ArqJobQueue,
     InProcessJobQueue,
@@ -86,6 +87,7 @@ async def open_resources(
     process, which then needs ``job_functions`` (only ``workers/`` knows them).
     """
     async with AsyncExitStack() as stack:
+        await stack.enter_async_context(releasing_freed_memory())
         # Before the database: a migration seals webhook secrets with it.
         use_secret_box(box_of(settings))
         await stack.enter_async_context(open_database(settings.resolved_database_url))
