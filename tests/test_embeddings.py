@@ -245,6 +245,31 @@ def test_the_onnx_export_is_written_once_into_the_cache_dir(tmp_path: Path) -> N
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
+def _operators(path: Path) -> set[str]:
+    import onnx
+
+    return {node.op_type for node in onnx.load(path).graph.node}
+
+
+@pytest.mark.usefixtures("semantic_search")
+def test_the_exported_graph_runs_fused_operators(tmp_path: Path) -> None:
+    # ONNX Runtime's transformer optimizer before quantization: about 50 nodes, not 300.
+    model = LocalEmbedder(backend="torch").model
+    operators = _operators(exported_model(model, tmp_path, int8=True))
+    assert {"QAttention", "EmbedLayerNormalization", "SkipLayerNormalization"} <= operators
+    assert "Softmax" not in operators
+
+
+@pytest.mark.usefixtures("semantic_search")
+def test_a_model_type_the_optimizer_does_not_know_keeps_the_plain_graph(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = LocalEmbedder(backend="torch").model
+    monkeypatch.setattr(model[0].auto_model.config, "model_type", "not-a-bert")
+    operators = _operators(exported_model(model, tmp_path, int8=False))
+    assert "Softmax" in operators and "Attention" not in operators
+
+
 @pytest.mark.usefixtures("semantic_search")
 async def test_the_passage_sizing_is_the_models_tokenizer_and_limit(tmp_path: Path) -> None:
     embedder = await LocalEmbedder.open(backend="torch", cache_dir=tmp_path)
