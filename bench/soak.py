@@ -6,7 +6,9 @@ storage, in-process jobs, the default embedder) takes, at once and at steady rat
 The server's resident memory is sampled throughout; the report compares the first sample
 after the warm-up with the last. Every answer that is not the expected status is an error,
 and at the end every accepted delivery must have run exactly once (one whose answer never
-came, at most once) and every upload be processed. Not part of ``python -m bench``: it takes ten minutes by design.
+came, at most once) and every upload be processed. Not part of ``python -m bench``: it
+takes ten minutes by design. Besides end against start, each server's RSS growth a minute
+from the second minute on (a least-squares slope) says whether memory keeps growing.
 
 ``--workers N`` (N > 1) starts ``run_server.py --workers N``: a supervisor and N server
 processes on one port. The RSS of each of them (the servers found as the supervisor's
@@ -308,6 +310,17 @@ class Soak:
             self.tally.errors[f"{kind}: {type(err).__name__}: {err}"[:160]] += 1
 
 
+def _growth_per_minute(samples: list[tuple[float, int]], since: float = 120.0) -> float:
+    """The least-squares slope of RSS over time, in bytes a minute, of samples after ``since``."""
+    kept = [(at / 60, rss) for at, rss in samples if at >= since]
+    if len(kept) < 2:
+        return 0.0
+    mean_t = sum(t for t, _ in kept) / len(kept)
+    mean_r = sum(r for _, r in kept) / len(kept)
+    spread = sum((t - mean_t) ** 2 for t, _ in kept)
+    return sum((t - mean_t) * (r - mean_r) for t, r in kept) / spread if spread else 0.0
+
+
 def _rss(pid: int) -> int | None:
     """The resident memory of ``pid`` in bytes; None once it is gone (or a zombie)."""
     try:
@@ -519,6 +532,17 @@ def run(minutes: float = 10, hostile: bool = False, workers: int = 1) -> Report:
         ]
         if label == "supervisor":
             continue
+        # The end/start ratio counts what start-up had not loaded yet at the warm-up's end
+        # (a process waiting for another's model export loads it later): the slope of the
+        # samples from the second minute on says whether memory keeps growing.
+        rows.append(
+            Result(
+                NAME,
+                f"{name} RSS growth from minute 2 (least squares)",
+                _growth_per_minute(samples) / mib,
+                "MiB/min",
+            )
+        )
         peak = max(rss for _, rss in samples)
         rows.append(
             Result(
