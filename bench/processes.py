@@ -10,16 +10,22 @@ same number of processes >= 0.5x (GET) and >= 0.3x (runsync).
 Nothing is pinned: N servers and wrk share the machine's CPUs alike in every case. On a
 2-core machine wrk takes a good part of one core, which two servers would need: the 2 vs 1
 figure is bounded by what is left (the notes give the CPU count). Run alone with
-``python -m bench.processes``; ``python -m bench.processes serve-bare KIND --port P
-[--payload FILE]`` serves one bare process (on a port others may share).
+``python -m bench.processes [--postgres URL]``: with ``--postgres`` (a server URL whose
+user may create databases, e.g. postgres://postgres@127.0.0.1:5432/postgres) libflow's
+processes use a fresh database there instead of SQLite, made and dropped by the run.
+``python -m bench.processes serve-bare KIND --port P [--payload FILE]`` serves one bare
+process (on a port others may share).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import functools
 import json
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -27,6 +33,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 from aiohttp import web
 
 from bench import _baseline_app
@@ -166,14 +173,40 @@ def rows_of(what: str, bare: dict[int, WrkRun], ours: dict[int, WrkRun]) -> list
     return rows
 
 
-def run() -> Report:
+@contextlib.contextmanager
+def _fresh_postgres_database(server_url: str) -> Iterator[str]:
+    """A database of this run's own on ``server_url``'s server; dropped at the end."""
+    name = f"libflow_bench_{secrets.token_hex(4)}"
+
+    async def admin(sql: str) -> None:
+        connection = await asyncpg.connect(server_url, timeout=5)
+        try:
+            await connection.execute(sql)
+        finally:
+            await connection.close()
+
+    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
+    try:
+        yield f"{server_url.rsplit('/', 1)[0]}/{name}"
+    finally:
+        asyncio.run(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def run(postgres: str | None = None) -> Report:
     """GET one file and runsync: bare x1, x2 and libflow --workers 1, 2, in one run."""
+    with contextlib.ExitStack() as stack:
+        database = stack.enter_context(_fresh_postgres_database(postgres)) if postgres else None
+        return _run(database)
+
+
+def _run(database_url: str | None) -> Report:
     work = Path(tempfile.mkdtemp(prefix="libflow-bench-processes-"))
     results: dict[str, tuple[dict[int, WrkRun], dict[int, WrkRun]]] = {}
     try:
         data_dir = work / "data"
         # Neither route embeds anything: each process would load the model for nothing.
-        env = libflow_env(data_dir, LIBFLOW_EMBEDDER="none")
+        extra = {"LIBFLOW_DATABASE_URL": database_url} if database_url else {}
+        env = libflow_env(data_dir, LIBFLOW_EMBEDDER="none", **extra)
         project, key = create_project(env)
         api = f"/api/publicv1/projects/{project}"
         with libflow_servers(1, data_dir, env) as base:
@@ -220,8 +253,13 @@ def run() -> Report:
         f"{WARMUP_SECONDS}s warm-up each, nothing pinned, on {os.cpu_count()} CPUs shared by "
         "wrk and the servers; requests (bare x1 / x2 / libflow x1 / x2): " + counts,
         f"processes: libflow run_server.py --workers N (SO_REUSEPORT), LIBFLOW_LOG_LEVEL="
-        f"{LOG_LEVEL}, LIBFLOW_EMBEDDER=none, SQLite; runsync records every run before its "
-        "answer, from both processes into one SQLite file",
+        f"{LOG_LEVEL}, LIBFLOW_EMBEDDER=none, "
+        + (
+            "PostgreSQL (a fresh database); runsync records every run before its answer"
+            if database_url
+            else "SQLite; runsync records every run before its answer, from both processes "
+            "into one SQLite file"
+        ),
     ]
     return Report(rows, notes)
 
@@ -234,11 +272,12 @@ def main(argv: list[str] | None = None) -> int:
     bare.add_argument("kind", choices=["get", "runsync"])
     bare.add_argument("--port", type=int, required=True)
     bare.add_argument("--payload", type=Path)
+    parser.add_argument("--postgres", metavar="URL", help="libflow on PostgreSQL, not SQLite")
     args = parser.parse_args(argv)
     if args.command == "serve-bare":
         serve_bare(args.kind, args.port, args.payload)
         return 0
-    return run_alone(NAME, run)
+    return run_alone(NAME, functools.partial(run, args.postgres))
 
 
 if __name__ == "__main__":
