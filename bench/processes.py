@@ -20,12 +20,10 @@ process (on a port others may share).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import functools
 import json
 import os
-import secrets
 import shutil
 import sys
 import tempfile
@@ -33,7 +31,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import asyncpg
 from aiohttp import web
 
 from bench import _baseline_app
@@ -52,6 +49,7 @@ from bench._common import (
     server,
 )
 from bench.get_file import WrkRun, _prepare_file, wrk
+from bench.webhooks import postgres_database
 
 NAME = "processes"
 WORKERS = (1, 2)
@@ -173,29 +171,10 @@ def rows_of(what: str, bare: dict[int, WrkRun], ours: dict[int, WrkRun]) -> list
     return rows
 
 
-@contextlib.contextmanager
-def _fresh_postgres_database(server_url: str) -> Iterator[str]:
-    """A database of this run's own on ``server_url``'s server; dropped at the end."""
-    name = f"libflow_bench_{secrets.token_hex(4)}"
-
-    async def admin(sql: str) -> None:
-        connection = await asyncpg.connect(server_url, timeout=5)
-        try:
-            await connection.execute(sql)
-        finally:
-            await connection.close()
-
-    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
-    try:
-        yield f"{server_url.rsplit('/', 1)[0]}/{name}"
-    finally:
-        asyncio.run(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-
-
 def run(postgres: str | None = None) -> Report:
     """GET one file and runsync: bare x1, x2 and libflow --workers 1, 2, in one run."""
     with contextlib.ExitStack() as stack:
-        database = stack.enter_context(_fresh_postgres_database(postgres)) if postgres else None
+        database = stack.enter_context(postgres_database(postgres)) if postgres else None
         return _run(database)
 
 

@@ -211,8 +211,8 @@ async def _preload(url: str, secret: str, body: bytes, count: int) -> None:
 # The database and Redis of the scaled shape
 
 
-async def _admin(statement: str) -> None:
-    connection = await asyncpg.connect(POSTGRES_ADMIN_URL)
+async def _admin(admin_url: str, statement: str) -> None:
+    connection = await asyncpg.connect(admin_url, timeout=5)
     try:
         await connection.execute(statement)
     finally:
@@ -220,17 +220,20 @@ async def _admin(statement: str) -> None:
 
 
 @contextlib.contextmanager
-def postgres_database() -> Iterator[str]:
-    """A fresh PostgreSQL database for this run, dropped afterwards: its URL."""
-    name = f"libflow_bench_webhooks_{secrets.token_hex(4)}"
+def postgres_database(admin_url: str = POSTGRES_ADMIN_URL) -> Iterator[str]:
+    """A fresh database for this run on ``admin_url``'s server, dropped afterwards: its URL.
+
+    ``admin_url``'s user must be allowed to create databases.
+    """
+    name = f"libflow_bench_{secrets.token_hex(4)}"
     try:
-        asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
+        asyncio.run(_admin(admin_url, f'CREATE DATABASE "{name}"'))
     except (OSError, asyncpg.PostgresError) as err:
-        raise BenchError(f"PostgreSQL at {POSTGRES_ADMIN_URL} is not usable: {err!r}") from err
+        raise BenchError(f"PostgreSQL at {admin_url} is not usable: {err!r}") from err
     try:
-        yield POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+        yield admin_url.rsplit("/", 1)[0] + f"/{name}"
     finally:
-        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        asyncio.run(_admin(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @contextlib.contextmanager
