@@ -109,17 +109,22 @@ def _literal(text: str) -> str:
 def index_name(embedder: str, dimensions: int) -> str:
     """The HNSW index of one (embedder, dimension) and the graph's settings.
 
-    A digest, as names hold 63 bytes; new settings make a new name, so an index built
-    with the old ones is replaced rather than kept under a name that lies.
+    New settings make a new name, so an index built with the old ones is replaced rather
+    than kept under a name that lies.
     """
-    key = f"{embedder}\0{dimensions}\0m={HNSW_M}\0ef_construction={HNSW_EF_CONSTRUCTION}"
-    return f"{TABLE}_hnsw_{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    return _hashed_name(
+        f"{embedder}\0{dimensions}\0m={HNSW_M}\0ef_construction={HNSW_EF_CONSTRUCTION}"
+    )
 
 
 def _first_index_name(embedder: str, dimensions: int) -> str:
     """The name of the index built with pgvector's defaults (m 16, ef_construction 64)."""
-    digest = hashlib.sha256(f"{embedder}\0{dimensions}".encode()).hexdigest()[:16]
-    return f"{TABLE}_hnsw_{digest}"
+    return _hashed_name(f"{embedder}\0{dimensions}")
+
+
+def _hashed_name(key: str) -> str:
+    """An index name from a digest of ``key``: PostgreSQL's names hold 63 bytes."""
+    return f"{TABLE}_hnsw_{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
 def _typed(dimensions: int) -> str:
