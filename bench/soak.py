@@ -34,6 +34,7 @@ import hmac
 import io
 import json
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -313,12 +314,10 @@ class Soak:
 def _growth_per_minute(samples: list[tuple[float, int]], since: float = 120.0) -> float:
     """The least-squares slope of RSS over time, in bytes a minute, of samples after ``since``."""
     kept = [(at / 60, rss) for at, rss in samples if at >= since]
-    if len(kept) < 2:
+    if len({minute for minute, _ in kept}) < 2:
         return 0.0
-    mean_t = sum(t for t, _ in kept) / len(kept)
-    mean_r = sum(r for _, r in kept) / len(kept)
-    spread = sum((t - mean_t) ** 2 for t, _ in kept)
-    return sum((t - mean_t) * (r - mean_r) for t, r in kept) / spread if spread else 0.0
+    minutes, rss = zip(*kept, strict=True)
+    return statistics.linear_regression(minutes, rss).slope
 
 
 def _rss(pid: int) -> int | None:
