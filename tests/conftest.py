@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -47,7 +48,22 @@ def fixture_bytes(name: str) -> bytes:
 POSTGRES_URL = os.environ.get(
     "LIBFLOW_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test"
 )
-REDIS_URL = os.environ.get("LIBFLOW_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
+
+
+def _redis_url_of_this_process(base: str) -> str:
+    """``base``'s database, moved up by this test process's index under pytest-xdist
+    (gw0, gw1, ...): every test flushes its database, so processes must not share one."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return base
+    parts = urlsplit(base)
+    database = int(parts.path.strip("/") or 0) + int(worker[2:])
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
+REDIS_URL = _redis_url_of_this_process(
+    os.environ.get("LIBFLOW_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
+)
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 START_POSTGRES = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
