@@ -6,6 +6,8 @@ The other process is a second sqlite3 connection to the file, as another API pro
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import sqlite3
 import threading
 from contextlib import closing
@@ -15,7 +17,8 @@ from tortoise import connections
 from tortoise.transactions import in_transaction
 
 from libflow.db.connection import SQLITE_BUSY_TIMEOUT_MS
-from libflow.db.group_commit import commit_together
+from libflow.db.group_commit import commit_together, insert_together
+from libflow.ids import new_id
 from libflow.models import Project
 from tests.conftest import Api, Shape
 
@@ -74,3 +77,74 @@ async def test_a_write_that_finds_the_database_locked_past_busy_timeout_is_tried
         await client.execute_script(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
 
     assert (await Project.get(id=api.project_id)).name == "later"
+
+
+def writer_lock_is_free(embedded: Shape) -> bool:
+    """Whether another process could take libflow's writer lock now."""
+    path = Path(f"{database(embedded)}-writer.lock")
+    with path.open("a") as other:
+        try:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(other, fcntl.LOCK_UN)
+        return True
+
+
+async def test_new_rows_wait_for_another_process_and_go_in_once_it_commits(
+    api: Api, embedded: Shape
+) -> None:
+    locked, release = threading.Event(), threading.Event()
+
+    def other_process_holds_the_lock() -> None:
+        with closing(sqlite3.connect(database(embedded), isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")
+            locked.set()
+            release.wait(10)
+            other.execute("COMMIT")
+
+    holder = asyncio.create_task(asyncio.to_thread(other_process_holds_the_lock))
+    await asyncio.to_thread(locked.wait, 10)
+    fresh = [new_id() for _ in range(3)]
+    inserts = asyncio.gather(*(insert_together(Project(id=i, name="new")) for i in fresh))
+    await asyncio.sleep(0.2)
+    assert await asyncio.to_thread(count_rows, embedded, fresh) == 0  # still waiting
+    release.set()
+    await holder
+
+    assert await inserts == [None] * 3
+    assert await Project.filter(id__in=fresh).count() == 3
+    assert writer_lock_is_free(embedded)
+
+
+async def test_a_cancelled_insert_still_lets_go_of_the_writer_lock(
+    api: Api, embedded: Shape
+) -> None:
+    path = Path(f"{database(embedded)}-writer.lock")
+    with path.open("a") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)  # another process is writing
+        row = Project(id=new_id(), name="new")
+        insert = asyncio.create_task(insert_together(row))
+        await asyncio.sleep(0.2)
+        insert.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await insert
+        fcntl.flock(other, fcntl.LOCK_UN)
+
+    # The cancelled caller's row still commits with its batch, and the lock is free after.
+    for _ in range(100):
+        if await Project.exists(id=row.id):
+            break
+        await asyncio.sleep(0.05)
+    assert await Project.exists(id=row.id)
+    assert writer_lock_is_free(embedded)
+
+
+def count_rows(embedded: Shape, ids: list[str]) -> int:
+    with closing(sqlite3.connect(database(embedded))) as reader:
+        marks = ",".join("?" * len(ids))
+        return int(
+            reader.execute(f"SELECT count(*) FROM projects WHERE id IN ({marks})", ids).fetchone()[
+                0
+            ]
+        )

@@ -8,7 +8,10 @@ next gathers behind it and commits as soon as the first is done, so the rate of
 commits stays the same while the rate of writes grows with the load. PostgreSQL gains
 too: one round trip and one WAL flush per batch rather than per write. New rows handed
 over as model instances (``insert_together``) go in with one statement per model and
-batch, the cheapest write the ORM has: run records are the hottest write there is.
+batch, the cheapest write the ORM has: run records are the hottest write there is. On
+SQLite a batch of new rows alone is inserted in one call to the connection's thread
+(``ImmediateSqliteClient.insert_in_one_call``: the write lock is held only while SQLite
+works, not across the event loop's turns).
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.models import Model
 from tortoise.transactions import in_transaction
 
+from libflow.db.new_rows import insert_statement
 from libflow.db.outages import dependency_down
+from libflow.db.sqlite_engine import ImmediateSqliteClient
 
 logger = logging.getLogger("libflow.group_commit")
 
@@ -87,15 +92,23 @@ def _report_orphaned_failure(future: asyncio.Future[Any]) -> None:
 
 
 async def _commit_batch(batch: list[tuple[Write, asyncio.Future[Any]]]) -> None:
-    if len(batch) == 1:
-        await _commit_alone(*batch[0])
-        return
     rows: dict[type[Model], list[Model]] = {}
     for write, _ in batch:
         if isinstance(write, Model):
             rows.setdefault(type(write), []).append(write)
+    client = connections.get("default")
+    statements = (
+        _inserts_in_one_call(client, rows) if len(batch) == sum(map(len, rows.values())) else None
+    )
+    if len(batch) == 1 and statements is None:
+        await _commit_alone(*batch[0])
+        return
 
     async def commit() -> list[Any]:
+        if statements is not None:
+            assert isinstance(client, ImmediateSqliteClient)
+            await client.insert_in_one_call(statements)
+            return [None] * len(batch)
         async with in_transaction() as connection:
             # Rows first: a callable of the batch may refer to them, never the reverse.
             for model, models in rows.items():
@@ -126,6 +139,21 @@ async def _commit_batch(batch: list[tuple[Write, asyncio.Future[Any]]]) -> None:
     # not chained to the batch's.)
     for write, future in batch:
         await _commit_alone(write, future)
+
+
+def _inserts_in_one_call(
+    client: BaseDBAsyncClient, rows: dict[type[Model], list[Model]]
+) -> list[tuple[str, list[list[Any]]]] | None:
+    """The batch's INSERTs when SQLite can run them in one call to its thread, else None."""
+    if not isinstance(client, ImmediateSqliteClient):
+        return None
+    statements = []
+    for model, models in rows.items():
+        statement = insert_statement(client, model, models)
+        if statement is None:
+            return None
+        statements.append(statement)
+    return statements
 
 
 async def _run(write: Write, connection: BaseDBAsyncClient) -> Any:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.models import Model
 
 M = TypeVar("M", bound=Model)
@@ -64,3 +65,21 @@ def filled_instance(model: type[M], values: dict[str, Any], *, in_db: bool) -> M
     state["_custom_generated_pk"] = in_db and meta.db_pk_column not in meta.generated_db_fields
     state["_await_when_save"] = {}
     return instance
+
+
+def insert_statement(
+    client: BaseDBAsyncClient, model: type[Model], rows: Sequence[Model]
+) -> tuple[str, list[list[Any]]] | None:
+    """The INSERT ``bulk_create`` would run for ``rows``, and each row's values; None when
+    the model has columns the database fills (generated keys, database defaults), which
+    only ``bulk_create`` handles."""
+    meta = model._meta
+    if meta.generated_db_fields or any(f.has_db_default() for f in meta.fields_map.values()):
+        return None
+    executor = client.executor_class(model=model, db=client)
+    fields_map = meta.fields_map
+    columns = executor.regular_columns
+    values = [
+        [fields_map[name].to_db_value(getattr(row, name), row) for name in columns] for row in rows
+    ]
+    return executor.insert_query, values

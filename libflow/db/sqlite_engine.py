@@ -12,6 +12,13 @@ own wait polls with sleeps growing to 100 ms, so a process whose group commit wr
 after batch would keep the lock from another for as long as it is busy (two processes
 recorded fewer runs a second than one). The kernel wakes an ``flock`` waiter as soon as the
 holder lets go, so the processes take turns.
+
+A transaction driven from the event loop holds that lock across a round trip to
+aiosqlite's thread per statement, each answer waiting its turn among the loop's other
+work: under load, milliseconds in which no other process may write. New rows (the run
+records of runsync) go in with ``insert_in_one_call`` instead: lock, ``BEGIN IMMEDIATE``,
+the inserts and ``COMMIT`` run whole on that thread, so the lock is held only while
+SQLite works.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import contextlib
 import fcntl
 import os
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +63,10 @@ class WriterLock:
             # The thread takes the lock anyway: let go of it then, or no process writes again.
             taking.add_done_callback(self._release_once_taken)
             raise
+
+    def acquire_blocking(self) -> None:
+        """Take the lock, blocking this thread (aiosqlite's, in ``insert_in_one_call``)."""
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
 
     def _release_once_taken(self, taking: asyncio.Future[None]) -> None:
         if not taking.cancelled() and taking.exception() is None:
@@ -141,12 +153,46 @@ class ImmediateSqliteClient(SqliteClient):
     def _in_transaction(self) -> TransactionContext:
         return ImmediateTransactionContext(ImmediateTransactionWrapper(self), self._lock)
 
+    async def insert_in_one_call(self, statements: Sequence[tuple[str, list[list[Any]]]]) -> None:
+        """Run each ``(INSERT statement, rows)`` in one transaction, whole on the connection's
+        thread (no other transaction of this client is open meanwhile)."""
+        async with self.acquire_connection() as connection:
+            # aiosqlite runs a callable on its thread only through this private method.
+            await connection._execute(_insert_whole, connection._conn, self.writer_lock, statements)
+
     async def close(self) -> None:
         """Close the connection and the writer lock's file."""
         await super().close()
         if self.writer_lock is not None:
             self.writer_lock.close()
             self.writer_lock = None
+
+
+def _insert_whole(
+    connection: sqlite3.Connection,
+    writer: WriterLock | None,
+    statements: Sequence[tuple[str, list[list[Any]]]],
+) -> None:
+    """On aiosqlite's thread: take the writer lock, then insert and commit, or roll back.
+
+    The lock is let go here whatever happens, even when the caller was cancelled.
+    """
+    if writer is not None:
+        writer.acquire_blocking()
+    try:
+        if connection.in_transaction:  # what autocommit left open, as ``begin`` commits it
+            connection.commit()
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            for sql, rows in statements:
+                connection.executemany(sql, rows)
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.rollback()
+            raise
+    finally:
+        if writer is not None:
+            writer.release()
 
 
 client_class = ImmediateSqliteClient
