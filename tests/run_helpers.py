@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,11 +57,10 @@ class Event:
     data: Any
 
 
-async def read_events(response: ClientResponse, limit: int | None = None) -> list[Event]:
-    """Parse an SSE stream until it ends (or ``limit`` events were read)."""
+async def stream_events(response: ClientResponse) -> AsyncIterator[Event]:
+    """Each event of an SSE stream as it arrives, until the stream ends."""
     assert response.status == 200, await response.text()
     assert response.headers["Content-Type"].startswith("text/event-stream")
-    events: list[Event] = []
     fields: dict[str, str] = {}
     async for raw in response.content:
         line = raw.decode().rstrip("\r\n")
@@ -72,12 +72,17 @@ async def read_events(response: ClientResponse, limit: int | None = None) -> lis
             continue
         if "event" in fields:
             ident = fields.get("id")
-            events.append(
-                Event(int(ident) if ident else None, fields["event"], json.loads(fields["data"]))
-            )
-            if limit is not None and len(events) >= limit:
-                break
+            yield Event(int(ident) if ident else None, fields["event"], json.loads(fields["data"]))
         fields = {}
+
+
+async def read_events(response: ClientResponse, limit: int | None = None) -> list[Event]:
+    """Parse an SSE stream until it ends (or ``limit`` events were read)."""
+    events: list[Event] = []
+    async for event in stream_events(response):
+        events.append(event)
+        if limit is not None and len(events) >= limit:
+            break
     return events
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 import signal
 import socket
 import sqlite3
@@ -18,7 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ import psutil
 import pytest
 
 from tests.faults.processes import ROOT, Server, http_json, libflow_env, wait_for
+from tests.run_helpers import stream_events
 from tests.webhook_helpers import echo, event_body, standard_headers
 from tests.workflow_helpers import chain, output
 
@@ -91,21 +91,10 @@ def waiting(seconds: float) -> dict[str, Any]:
     )
 
 
-async def read_sse(response: aiohttp.ClientResponse) -> Any:
+async def read_sse(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, Any]]:
     """Each (name, data) of an event stream as it arrives."""
-    assert response.status == 200, await response.text()
-    fields: dict[str, str] = {}
-    async for raw in response.content:
-        line = raw.decode().rstrip("\r\n")
-        if line.startswith(":"):
-            continue
-        if line:
-            name, _, value = line.partition(": ")
-            fields[name] = value
-            continue
-        if "event" in fields:
-            yield fields["event"], json.loads(fields["data"])
-        fields = {}
+    async for event in stream_events(response):
+        yield event.name, event.data
 
 
 async def test_a_run_executing_on_one_process_streams_to_a_watcher_on_another(
