@@ -9,7 +9,8 @@
    (embedded shape): all created and PUT first, then all finalized; docs/s from the first
    finalize until every file is processed; PyTorch batch 32 against the default, in turn.
 3. ``--quality``: nDCG@10 of semantic and hybrid search on the retrieval benchmark's FAQ
-   collection (quick sample), fp32 against int8, each on a server of its own.
+   collection (all 174 queries over 1,905 documents; ``--quick``: its 60-query sample, too
+   few to tell 1% apart), fp32 against int8, each on a server of its own.
 
 Run alone with ``python -m bench.embedding [--quick] [--quality]``.
 """
@@ -251,9 +252,11 @@ def _count_chunks(data_dir: Path) -> int:
 # -- retrieval quality ------------------------------------------------------------------------
 
 
-def quality(work: Path, backend: str) -> dict[str, float]:
-    """nDCG@10 of semantic and hybrid search over the FAQ collection's quick sample."""
-    collection = retrieval_quality.quick_sample(_faq_collection.load())
+def quality(work: Path, backend: str, quick: bool) -> dict[str, float]:
+    """nDCG@10 of semantic and hybrid search over the FAQ collection (or its quick sample)."""
+    collection = _faq_collection.load()
+    if quick:
+        collection = retrieval_quality.quick_sample(collection)
     place = work / f"quality-{backend}"
     place.mkdir()
     env = libflow_env(place / "data", LIBFLOW_EMBEDDING_BACKEND=backend)
@@ -286,7 +289,7 @@ def run(quick: bool = False, with_quality: bool = False) -> Report:
             for b, s in (BEFORE, CONFIGS[1])
         ]
         ingests = [min(runs[i::2], key=lambda run: run.seconds) for i in range(2)]
-        scores = {b: quality(work, b) for b in ("onnx", "onnx-int8")} if with_quality else {}
+        scores = {b: quality(work, b, quick) for b in ("onnx", "onnx-int8")} if with_quality else {}
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return _report(texts, measured, ingests, scores, runs)
