@@ -17,7 +17,7 @@ import contextlib
 import logging
 import os
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +26,8 @@ from libflow.workflows.run_events import (
     EVENTS_KEPT_SECONDS,
     MAX_MEMORY_EVENT_CHARS,
     RUN_FINISHED,
+    Batch,
+    BatchedWrites,
     RunEvent,
 )
 from libflow.workflows.siblings import Siblings
@@ -63,11 +65,7 @@ class FileEventBus:
     def __init__(self, directory: Path, siblings: Siblings | None) -> None:
         self.directory = directory
         self._siblings = siblings
-        self._queued: deque[tuple[str, list[RunEvent]]] = deque()
-        self._writer: asyncio.Task[None] | None = None
-        self._flushing: list[asyncio.Future[None]] = []
-        self._sending: list[asyncio.Future[None]] = []
-        self._in_flight = False
+        self._writes = BatchedWrites(self._write)
         self._tails: OrderedDict[str, _Tail] = OrderedDict()
         self._chars = 0
         directory.mkdir(parents=True, exist_ok=True)
@@ -76,31 +74,20 @@ class FileEventBus:
 
     def publish(self, run_id: str, events: list[RunEvent]) -> None:
         """Queue events for the writer task."""
-        self._queued.append((run_id, events))
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._write())
+        self._writes.publish(run_id, events)
 
-    async def _write(self) -> None:
-        while self._queued:
-            batch = list(self._queued)
-            self._queued.clear()
-            self._sending, self._flushing = self._flushing, []
-            self._in_flight = True
-            try:
-                written = await asyncio.to_thread(self._append, batch)
-            except OSError as err:
-                logger.warning("run events lost: %r", err)
-                written = []
-            finally:
-                self._in_flight = False
-                sending, self._sending = self._sending, []
-                for waiter in sending:
-                    if not waiter.done():
-                        waiter.set_result(None)
-            for run_id in written:
-                self._wake(run_id)
-            if self._siblings is not None:
-                self._siblings.send(TOPIC, *written)
+    async def _write(self, batch: Batch) -> None:
+        """Append a batch to the runs' files (in a thread), then wake their watchers here and
+        in the sibling processes."""
+        try:
+            written = await asyncio.to_thread(self._append, batch)
+        except OSError as err:
+            logger.warning("run events lost: %r", err)
+            return
+        for run_id in written:
+            self._wake(run_id)
+        if self._siblings is not None:
+            self._siblings.send(TOPIC, *written)
 
     def _append(self, batch: list[tuple[str, list[RunEvent]]]) -> list[str]:
         """Append each run's events to its file (in a thread); the runs written."""
@@ -123,11 +110,7 @@ class FileEventBus:
 
     async def flush(self) -> None:
         """Wait until what was published before this call is in its file."""
-        if not self._queued and not self._in_flight:
-            return
-        waiter = asyncio.get_running_loop().create_future()
-        (self._flushing if self._queued else self._sending).append(waiter)
-        await waiter
+        await self._writes.flush()
 
     async def read(self, run_id: str, after: int, wait: float) -> list[RunEvent]:
         """Events after ``after``; waits up to ``wait`` s for the next ones."""
@@ -155,8 +138,7 @@ class FileEventBus:
 
     async def close(self) -> None:
         """Let the writer write what is queued."""
-        if self._writer is not None:
-            await asyncio.gather(self._writer, return_exceptions=True)
+        await self._writes.close()
 
     async def prune_forever(self) -> None:
         """Remove old files every PRUNE_SECONDS, and forget what nobody watches."""

@@ -18,7 +18,7 @@ import json
 import logging
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -221,20 +221,22 @@ def stream_key(run_id: str) -> str:
     return f"libflow:run-events:{run_id}"
 
 
-class RedisEventBus:
-    """The scaled shape's bus: a Redis stream per run, written in batches by one task.
+Batch = list[tuple[str, list[RunEvent]]]
 
-    ``publish`` only queues: a writer task sends whatever is queued in one pipeline, so
-    runs never wait on Redis and a burst of events costs a round trip, not one each.
-    Entries are ``<event id>-0``, so a watcher's last id is a stream position. If Redis is
-    away, events are lost (logged); run records, in the database, are not.
+
+class BatchedWrites:
+    """Events published on one loop, written a batch at a time by one task.
+
+    ``publish`` only queues: the task hands whatever is queued to ``write`` at once, so runs
+    never wait on the writing and a burst of events costs one write, not one each.
+    ``write`` reports its own failures (events are lost, logged; run records are not).
     """
 
-    def __init__(self, redis: Redis) -> None:
-        self._redis = redis
+    def __init__(self, write: Callable[[Batch], Awaitable[None]]) -> None:
+        self._write_batch = write
         self._queued: deque[tuple[str, list[RunEvent]]] = deque()
         self._writer: asyncio.Task[None] | None = None
-        # flush() callers waiting for the next batch, and for the batch being sent.
+        # flush() callers waiting for the next batch, and for the batch being written.
         self._flushing: list[asyncio.Future[None]] = []
         self._sending: list[asyncio.Future[None]] = []
         self._in_flight = False
@@ -253,7 +255,7 @@ class RedisEventBus:
             self._sending, self._flushing = self._flushing, []
             self._in_flight = True
             try:
-                await self._send(batch)
+                await self._write_batch(batch)
             finally:
                 self._in_flight = False
                 sending, self._sending = self._sending, []
@@ -261,7 +263,43 @@ class RedisEventBus:
                     if not waiter.done():
                         waiter.set_result(None)
 
-    async def _send(self, batch: list[tuple[str, list[RunEvent]]]) -> None:
+    async def flush(self) -> None:
+        """Wait until what was published before this call is written.
+
+        Only for that: under load the writer never idles, and waiting for it to would make
+        each caller wait for everyone else's events too.
+        """
+        if not self._queued and not self._in_flight:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        # Events still queued go in the next batch; without any, the batch in flight holds ours.
+        (self._flushing if self._queued else self._sending).append(waiter)
+        await waiter
+
+    async def close(self) -> None:
+        """Let the writer write what is queued."""
+        if self._writer is not None:
+            await asyncio.gather(self._writer, return_exceptions=True)
+
+
+class RedisEventBus:
+    """The scaled shape's bus: a Redis stream per run, written in batches by one task.
+
+    ``publish`` only queues: a writer task sends whatever is queued in one pipeline, so
+    runs never wait on Redis and a burst of events costs a round trip, not one each.
+    Entries are ``<event id>-0``, so a watcher's last id is a stream position. If Redis is
+    away, events are lost (logged); run records, in the database, are not.
+    """
+
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+        self._writes = BatchedWrites(self._send)
+
+    def publish(self, run_id: str, events: list[RunEvent]) -> None:
+        """Queue events for the writer task."""
+        self._writes.publish(run_id, events)
+
+    async def _send(self, batch: Batch) -> None:
         """One pipeline of XADDs (and EXPIREs) for a batch; failures are logged, not raised."""
         pipe = self._redis.pipeline(transaction=False)
         keys: set[str] = set()
@@ -282,17 +320,8 @@ class RedisEventBus:
             logger.warning("%d run events were refused by Redis: %r", len(failed), failed[0])
 
     async def flush(self) -> None:
-        """Wait until what was published before this call is written.
-
-        Only for that: under load the writer never idles, and waiting for it to would make
-        each caller wait for everyone else's events too.
-        """
-        if not self._queued and not self._in_flight:
-            return
-        waiter = asyncio.get_running_loop().create_future()
-        # Events still queued go in the next batch; without any, the batch in flight holds ours.
-        (self._flushing if self._queued else self._sending).append(waiter)
-        await waiter
+        """Wait until what was published before this call is written."""
+        await self._writes.flush()
 
     async def read(self, run_id: str, after: int, wait: float) -> list[RunEvent]:
         """Events after ``after`` (XREAD, blocking up to ``wait``)."""
@@ -314,8 +343,7 @@ class RedisEventBus:
 
     async def close(self) -> None:
         """Let the writer send what is queued."""
-        if self._writer is not None:
-            await asyncio.gather(self._writer, return_exceptions=True)
+        await self._writes.close()
 
 
 def _event_of(entry_id: bytes | str, fields: dict[Any, Any]) -> RunEvent:
