@@ -27,6 +27,39 @@ def database(embedded: Shape) -> Path:
     return embedded.settings.data_dir / "libflow.sqlite3"
 
 
+def writer_lock_path(embedded: Shape) -> Path:
+    return Path(f"{database(embedded)}-writer.lock")
+
+
+def other_process_holds_the_lock(
+    embedded: Shape, locked: threading.Event, release: threading.Event
+) -> None:
+    """Another process's write transaction: begun (``locked``), committed on ``release``."""
+    with closing(sqlite3.connect(database(embedded), isolation_level=None)) as other:
+        other.execute("BEGIN IMMEDIATE")
+        locked.set()
+        release.wait(10)
+        other.execute("COMMIT")
+
+
+def writer_lock_is_free(embedded: Shape) -> bool:
+    """Whether another process could take libflow's writer lock now."""
+    with writer_lock_path(embedded).open("a") as other:
+        try:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(other, fcntl.LOCK_UN)
+        return True
+
+
+def count_rows(embedded: Shape, ids: list[str]) -> int:
+    marks = ",".join("?" * len(ids))
+    with closing(sqlite3.connect(database(embedded))) as reader:
+        (row,) = reader.execute(f"SELECT count(*) FROM projects WHERE id IN ({marks})", ids)
+        return int(row[0])
+
+
 async def test_a_transaction_that_read_first_still_writes_after_another_process_wrote(
     api: Api, embedded: Shape
 ) -> None:
@@ -51,16 +84,11 @@ async def test_a_write_that_finds_the_database_locked_past_busy_timeout_is_tried
 ) -> None:
     locked, release = threading.Event(), threading.Event()
 
-    def other_process_holds_the_lock() -> None:
-        with closing(sqlite3.connect(database(embedded), isolation_level=None)) as other:
-            other.execute("BEGIN IMMEDIATE")
-            locked.set()
-            release.wait(10)
-            other.execute("COMMIT")
-
     client = connections.get("default")
     await client.execute_script("PRAGMA busy_timeout = 20")
-    holder = asyncio.create_task(asyncio.to_thread(other_process_holds_the_lock))
+    holder = asyncio.create_task(
+        asyncio.to_thread(other_process_holds_the_lock, embedded, locked, release)
+    )
     try:
         await asyncio.to_thread(locked.wait, 10)
         write = asyncio.create_task(
@@ -79,31 +107,14 @@ async def test_a_write_that_finds_the_database_locked_past_busy_timeout_is_tried
     assert (await Project.get(id=api.project_id)).name == "later"
 
 
-def writer_lock_is_free(embedded: Shape) -> bool:
-    """Whether another process could take libflow's writer lock now."""
-    path = Path(f"{database(embedded)}-writer.lock")
-    with path.open("a") as other:
-        try:
-            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        fcntl.flock(other, fcntl.LOCK_UN)
-        return True
-
-
 async def test_new_rows_wait_for_another_process_and_go_in_once_it_commits(
     api: Api, embedded: Shape
 ) -> None:
     locked, release = threading.Event(), threading.Event()
 
-    def other_process_holds_the_lock() -> None:
-        with closing(sqlite3.connect(database(embedded), isolation_level=None)) as other:
-            other.execute("BEGIN IMMEDIATE")
-            locked.set()
-            release.wait(10)
-            other.execute("COMMIT")
-
-    holder = asyncio.create_task(asyncio.to_thread(other_process_holds_the_lock))
+    holder = asyncio.create_task(
+        asyncio.to_thread(other_process_holds_the_lock, embedded, locked, release)
+    )
     await asyncio.to_thread(locked.wait, 10)
     fresh = [new_id() for _ in range(3)]
     inserts = asyncio.gather(*(insert_together(Project(id=i, name="new")) for i in fresh))
@@ -120,8 +131,7 @@ async def test_new_rows_wait_for_another_process_and_go_in_once_it_commits(
 async def test_a_cancelled_insert_still_lets_go_of_the_writer_lock(
     api: Api, embedded: Shape
 ) -> None:
-    path = Path(f"{database(embedded)}-writer.lock")
-    with path.open("a") as other:
+    with writer_lock_path(embedded).open("a") as other:
         fcntl.flock(other, fcntl.LOCK_EX)  # another process is writing
         row = Project(id=new_id(), name="new")
         insert = asyncio.create_task(insert_together(row))
@@ -138,13 +148,3 @@ async def test_a_cancelled_insert_still_lets_go_of_the_writer_lock(
         await asyncio.sleep(0.05)
     assert await Project.exists(id=row.id)
     assert writer_lock_is_free(embedded)
-
-
-def count_rows(embedded: Shape, ids: list[str]) -> int:
-    with closing(sqlite3.connect(database(embedded))) as reader:
-        marks = ",".join("?" * len(ids))
-        return int(
-            reader.execute(f"SELECT count(*) FROM projects WHERE id IN ({marks})", ids).fetchone()[
-                0
-            ]
-        )
