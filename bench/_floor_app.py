@@ -20,6 +20,7 @@ from aiohttp import web
 
 from bench._common import FLOOR_GET_FILE_ROUTE, FLOOR_RUNSYNC_ROUTE
 from libflow.api.bodies import RunSyncBody, parse_body
+from libflow.api.routing import route_tree
 from libflow.app import create_app
 from libflow.logs import configure_logging
 from settings import settings_from_env
@@ -52,8 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(settings.log_level)
     app = create_app(settings)
     app[PAYLOAD] = json.loads(args.payload.read_text()) if args.payload else {}
-    app.router.add_post(FLOOR_RUNSYNC_ROUTE, runsync)
-    app.router.add_get(FLOOR_GET_FILE_ROUTE, get_file)
+    # Behind every route of the app, where libflow's own routes are found.
+    routes = route_tree(app)
+    routes.add_route("POST", FLOOR_RUNSYNC_ROUTE, runsync)
+    routes.add_route("GET", FLOOR_GET_FILE_ROUTE, get_file)
     # As run_server.py serves the app.
     web.run_app(
         app,

@@ -28,10 +28,11 @@ from libflow.api import (
 )
 from libflow.api.auth import api_key_middleware
 from libflow.api.errors import error_middleware, serve_json_errors
+from libflow.api.observing import observing_middleware
+from libflow.api.routing import RouteTree
 from libflow.jobs import InProcessJobQueue
 from libflow.library.processing.isolation import ChildCrashed, start_preparation_server
-from libflow.logs import request_log_middleware
-from libflow.metrics import HttpMetrics, metrics_middleware
+from libflow.metrics import HttpMetrics
 from libflow.models import Project
 from libflow.projects import ApiKeyCache
 from libflow.rate_limits import open_rate_limiter
@@ -42,6 +43,20 @@ from settings import Settings
 from workers.functions import JOB_FUNCTIONS
 
 logger = logging.getLogger("libflow.app")
+
+# Every route of the API, in the order aiohttp tries those of one shape.
+ROUTE_TABLES = (
+    library.routes,
+    workflows.routes,
+    runs.routes,
+    schedules.routes,
+    webhooks.routes,
+    secrets.routes,
+    storage.routes,
+    ops.routes,
+    console.routes,
+    docs_page.routes,
+)
 
 
 async def _resources(app: web.Application) -> AsyncIterator[None]:
@@ -106,8 +121,7 @@ def create_app(settings: Settings) -> web.Application:
     metrics = HttpMetrics(registry)
     app = web.Application(
         middlewares=[
-            request_log_middleware,
-            metrics_middleware(metrics),
+            observing_middleware(metrics),
             error_middleware,
             api_key_middleware,
         ],
@@ -121,14 +135,8 @@ def create_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.extend([_resources, _rate_limiter, _periodic_jobs])
     app.on_startup.append(_freeze_start_up_objects)  # after the contexts above have opened
     app.on_cleanup.append(_unfreeze)
-    app.add_routes(library.routes)
-    app.add_routes(workflows.routes)
-    app.add_routes(runs.routes)
-    app.add_routes(schedules.routes)
-    app.add_routes(webhooks.routes)
-    app.add_routes(secrets.routes)
-    app.add_routes(storage.routes)
-    app.add_routes(ops.routes)
-    app.add_routes(console.routes)
-    app.add_routes(docs_page.routes)
+    routes = RouteTree()
+    for table in ROUTE_TABLES:
+        routes.add_routes(table)
+    app.router.register_resource(routes)
     return app

@@ -5,15 +5,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import re
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
-
-from aiohttp import web
 
 request_id_var: ContextVar[str | None] = ContextVar("request_id", default=None)
 # Set while a task runs a workflow (libflow.workflows.runs): it turns the values of the
@@ -21,7 +17,6 @@ request_id_var: ContextVar[str | None] = ContextVar("request_id", default=None)
 log_redactor: ContextVar[Callable[[str], str] | None] = ContextVar("log_redactor", default=None)
 access_logger = logging.getLogger("libflow.access")
 
-_CLIENT_REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _STANDARD_ATTRS = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message"}
 
 
@@ -90,38 +85,3 @@ def configure_logging(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@web.middleware
-async def request_log_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Give each request an id (the client's X-Request-Id when sane) and log one access line."""
-    supplied = request.headers.get("X-Request-Id", "")
-    # 128 random bits in hex, as uuid4().hex gives, at a tenth of its cost.
-    request_id = supplied if _CLIENT_REQUEST_ID.fullmatch(supplied) else os.urandom(16).hex()
-    token = request_id_var.set(request_id)
-    started = time.perf_counter()
-    status = 500
-    try:
-        response = await handler(request)
-        status = response.status
-        response.headers["X-Request-Id"] = request_id
-        return response
-    finally:
-        if access_logger.isEnabledFor(logging.INFO):  # the fields are not built for nothing
-            # The path only: storage URLs carry signatures in their query string.
-            access_logger.info(
-                "%s %s %d",
-                request.method,
-                request.path,
-                status,
-                extra={
-                    "method": request.method,
-                    "path": request.path,
-                    "status": status,
-                    "durationMs": round((time.perf_counter() - started) * 1000, 2),
-                },
-            )
-        request_id_var.reset(token)

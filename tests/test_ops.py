@@ -17,10 +17,12 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
 from libflow.logs import JsonFormatter
+from libflow.metrics import HttpMetrics
 from tests.conftest import (
     Api,
     ClientFactory,
@@ -179,6 +181,37 @@ async def test_metrics_count_requests_by_route_template(api: Api) -> None:
     assert raw_id not in text
     assert api.project_id not in text
     assert "/no/such/route" not in text
+
+
+async def test_metrics_latency_histogram_is_cumulative_with_bounds_inclusive(api: Api) -> None:
+    for _ in range(3):
+        assert (await api.client.get("/healthz")).status == 200
+    text = await (await api.client.get("/metrics")).text()
+    buckets = [
+        s
+        for s in _metric_samples(text, "libflow_http_request_duration_seconds_bucket")
+        if s.labels["route"] == "/healthz"
+    ]
+    counts = [s.value for s in buckets]
+    assert [s.labels["le"] for s in buckets][-1] == "+Inf"
+    assert counts == sorted(counts)  # each bucket holds the ones below it
+    assert counts[-1] == 3
+    (total,) = (
+        s.value
+        for s in _metric_samples(text, "libflow_http_request_duration_seconds_count")
+        if s.labels["route"] == "/healthz"
+    )
+    assert total == 3
+
+
+def test_a_latency_on_a_bucket_bound_counts_in_that_bucket() -> None:
+    registry = CollectorRegistry()
+    HttpMetrics(registry).observe("GET", "/r", 200, 0.005)
+    bucket = registry.get_sample_value(
+        "libflow_http_request_duration_seconds_bucket",
+        {"method": "GET", "route": "/r", "le": "0.005"},
+    )
+    assert bucket == 1
 
 
 async def test_metrics_label_storage_urls_without_their_keys(api: Api) -> None:
