@@ -81,11 +81,20 @@ def _int_in_range(text: str) -> int:
     return value
 
 
+# One decoder for every call: given these hooks, json.loads builds a decoder and its
+# scanner each time, which costs more than reading a small document (a file's steps).
+_DECODER = json.JSONDecoder(
+    parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_int_in_range
+)
+
+
 def loads(text: str | bytes) -> Any:
     """Parse JSON as RFC 8259 has it: NonFiniteNumber for NaN, Infinity or 1e999."""
-    return json.loads(
-        text, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_int_in_range
-    )
+    if isinstance(text, bytes):  # as json.loads reads bytes: UTF-8, -16 or -32
+        text = text.decode(json.detect_encoding(text), "surrogatepass")
+    elif text.startswith("\ufeff"):  # as json.loads refuses it
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    return _DECODER.decode(text)
 
 
 def header_text(value: str) -> str:
