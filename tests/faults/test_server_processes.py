@@ -9,6 +9,7 @@ watcher on B, a cancel sent to B stops it on A, and work queued through both run
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import signal
 import socket
@@ -18,6 +19,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -97,63 +99,73 @@ async def read_sse(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str,
         yield event.name, event.data
 
 
+@dataclass
+class StreamingRun:
+    """A run started by runsync with its events streaming back, past its run.started."""
+
+    session: aiohttp.ClientSession
+    path: str  # the project's API path
+    auth: dict[str, str]
+    started: dict[str, Any]
+    events: AsyncIterator[tuple[str, Any]]
+
+    @property
+    def id(self) -> str:
+        return str(self.started["runId"])
+
+
+@contextlib.asynccontextmanager
+async def run_streaming_on(server: Server, seconds: float) -> AsyncIterator[StreamingRun]:
+    """A run of ``waiting(seconds)`` executing on ``server``: runsync runs where it is sent."""
+    path, _, key = project(server)
+    workflow_id = create_workflow(server, path, key, waiting(seconds))
+    auth = {"Authorization": key}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{server.url}{path}/workflows/{workflow_id}/runsync", json={}, headers={**auth, **SSE}
+        ) as response,
+    ):
+        events = read_sse(response)
+        name, started = await anext(events)
+        assert name == "run.started"
+        yield StreamingRun(session, path, auth, started, events)
+
+
 async def test_a_run_executing_on_one_process_streams_to_a_watcher_on_another(
     pair: tuple[Member, Member],
 ) -> None:
     a, b = pair
-    path, _, key = project(a)
-    workflow_id = create_workflow(a, path, key, waiting(1))
-    auth = {"Authorization": key}
-    # runsync runs in the process that answers it: A.
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(
-            f"{a.url}{path}/workflows/{workflow_id}/runsync", json={}, headers={**auth, **SSE}
-        ) as on_a,
-    ):
-        stream_a = read_sse(on_a)
-        name, started = await anext(stream_a)
-        assert name == "run.started"
-        run_id = started["runId"]
-        async with session.get(f"{b.url}{path}/runs/{run_id}/events", headers=auth) as on_b:
+    async with run_streaming_on(a, 1) as run:
+        watch = f"{b.url}{run.path}/runs/{run.id}/events"
+        async with run.session.get(watch, headers=run.auth) as on_b:
             seen_on_b = [event async for event in read_sse(on_b)]
-        seen_on_a = [("run.started", started)] + [event async for event in stream_a]
+        seen_on_a = [("run.started", run.started)] + [event async for event in run.events]
 
     assert [name for name, _ in seen_on_b] == [name for name, _ in seen_on_a]
     outputs = [(data["name"], data["value"]) for name, data in seen_on_b if name == "output"]
     assert outputs == [("before", 1), ("after", 2)]
     name, finished = seen_on_b[-1]
-    assert (name, finished["status"], finished["runId"]) == ("run.finished", "succeeded", run_id)
+    assert (name, finished["status"], finished["runId"]) == ("run.finished", "succeeded", run.id)
 
 
 async def test_a_cancel_sent_to_another_process_stops_the_run_where_it_runs(
     pair: tuple[Member, Member],
 ) -> None:
     a, b = pair
-    path, _, key = project(a)
-    workflow_id = create_workflow(a, path, key, waiting(30))
-    auth = {"Authorization": key}
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(
-            f"{a.url}{path}/workflows/{workflow_id}/runsync", json={}, headers={**auth, **SSE}
-        ) as on_a,
-    ):
-        events = read_sse(on_a)
-        name, started = await anext(events)
-        assert name == "run.started"
-        run_id = started["runId"]
-        async for name, _ in events:
+    async with run_streaming_on(a, 30) as run:
+        async for name, _ in run.events:
             if name == "node.started":  # the delay node: the run waits
                 break
-        async with session.post(f"{b.url}{path}/runs/{run_id}/cancel", headers=auth) as sent:
+        cancel = f"{b.url}{run.path}/runs/{run.id}/cancel"
+        async with run.session.post(cancel, headers=run.auth) as sent:
             assert sent.status == 202, await sent.text()
-        rest = [event async for event in events]
+        rest = [event async for event in run.events]
 
     name, finished = rest[-1]
     assert (name, finished["status"]) == ("run.finished", "cancelled")
     assert finished["outputs"] == {"before": 1}
-    status, record = http_json("GET", f"{b.url}{path}/runs/{run_id}", Authorization=key)
+    status, record = http_json("GET", f"{b.url}{run.path}/runs/{run.id}", **run.auth)
     assert (status, record["status"]) == (200, "cancelled")
 
 
