@@ -3,9 +3,11 @@
 1. accepted/s, scaled shape (PostgreSQL + Redis, no worker running, so only verify + commit to
    the inbox + enqueue is measured) and embedded shape (SQLite, the delivery jobs run on the
    server's own loop while it accepts), each against a bare aiohttp POST handler that reads
-   the body and answers ``{"ok": true}``. wrk POSTs one GitHub-signed body through a Lua script
-   that gives every request its own ``X-GitHub-Delivery`` id (the id is not signed, so the
-   signature is fixed, and every request is still fully HMAC-verified and committed).
+   the body and answers ``{"ok": true}``. wrk POSTs GitHub-signed bodies through a Lua script
+   that gives every request a body of its own (a nonce beside the payload), its signature
+   and its own ``X-GitHub-Delivery`` id, from a file of DISTINCT_DELIVERIES signed in
+   advance (wrk cannot compute an HMAC): GitHub's scheme signs no timestamp, so libflow takes
+   a body it accepted in the last five minutes for a replay and does not run it again.
 2. executed/s end to end with 1 and with 2 ``run_worker.py`` processes: N deliveries are
    accepted while no worker runs, then the workers start; the rate is the number finished over
    max(finished_at) - min(started_at) from the database, so worker start-up is left out. Every
@@ -98,6 +100,8 @@ DEFINITION: dict[str, Any] = {
 }
 ROUTE = "/webhooks/{webhookId}"
 _TAGS = itertools.count()
+# Deliveries a wrk script sends before it repeats one: more than libflow accepts in a run.
+DISTINCT_DELIVERIES = 100_000
 
 
 # The baseline server
@@ -155,21 +159,41 @@ def _lua_string(text: str) -> str:
     return f"[{'=' * level}[{text}]{'=' * level}]"
 
 
-def lua_script(directory: Path, secret: str, body: bytes) -> Path:
-    """A wrk script POSTing ``body`` signed with ``secret``, each request with its own delivery id.
+def delivery_body(body: bytes, nonce: str) -> bytes:
+    """``body`` (a JSON object) with a ``nonce`` of its own: a delivery no replay check refuses."""
+    return json.dumps({**json.loads(body), "nonce": nonce}).encode()
 
-    The id is ``<tag>-<thread>-<counter>``: the tag is new for every script written, so that
-    a warm-up and a measurement against the same webhook never repeat an id.
+
+def without_nonce(payload: dict[str, Any]) -> dict[str, Any]:
+    """A payload as the bench built it, before its nonce."""
+    return {key: value for key, value in payload.items() if key != "nonce"}
+
+
+def lua_script(directory: Path, secret: str, body: bytes) -> Path:
+    """A wrk script POSTing DISTINCT_DELIVERIES signed variants of ``body`` in turn.
+
+    Each request sends the next line of a file written here: its delivery id, its body's
+    signature and its body. The tag is new for every script written, so that a warm-up and
+    a measurement against the same webhook never repeat a delivery; past the end the
+    lines are sent again (replays, which libflow acknowledges without storing them).
     """
     tag = f"{next(_TAGS)}{secrets.token_hex(4)}"
+    deliveries = directory / f"webhook-{tag}.tsv"
+    with deliveries.open("wb") as out:
+        for number in range(DISTINCT_DELIVERIES):
+            signed = delivery_body(body, f"{tag}-{number}")
+            line = f"{tag}-{number}\t{signature(secret, signed)}\t".encode() + signed + b"\n"
+            out.write(line)
     path = directory / f"webhook-{tag}.lua"
     path.write_text(
         'wrk.method = "POST"\n'
-        f"wrk.body = {_lua_string(body.decode())}\n"
         'wrk.headers["Content-Type"] = "application/json"\n'
         'wrk.headers["X-GitHub-Event"] = "push"\n'
-        f'wrk.headers["X-Hub-Signature-256"] = "{signature(secret, body)}"\n'
         "\n"
+        "local deliveries = {}\n"
+        f"for line in io.lines({_lua_string(str(deliveries))}) do\n"
+        "  deliveries[#deliveries + 1] = line\n"
+        "end\n"
         "local threads = 0\n"
         "function setup(thread)\n"
         "  threads = threads + 1\n"
@@ -179,28 +203,33 @@ def lua_script(directory: Path, secret: str, body: bytes) -> Path:
         "local sent = 0\n"
         "function request()\n"
         "  sent = sent + 1\n"
-        f'  wrk.headers["X-GitHub-Delivery"] = "{tag}-" .. (thread_number or 0) .. "-" .. sent\n'
-        "  return wrk.format()\n"
+        f"  local index = ((sent - 1) * {THREADS} + (thread_number or 1) - 1) % #deliveries + 1\n"
+        '  local id, sig, body = deliveries[index]:match("^([^\t]+)\t([^\t]+)\t(.*)$")\n'
+        '  wrk.headers["X-GitHub-Delivery"] = id\n'
+        '  wrk.headers["X-Hub-Signature-256"] = sig\n'
+        "  return wrk.format(nil, nil, nil, body)\n"
         "end\n"
     )
     return path
 
 
 async def _preload(url: str, secret: str, body: bytes, count: int) -> None:
-    """POST ``count`` deliveries with distinct ids, ``PRELOAD_CONCURRENCY`` at a time."""
-    headers = {
-        "Content-Type": "application/json",
-        "X-GitHub-Event": "push",
-        "X-Hub-Signature-256": signature(secret, body),
-    }
+    """POST ``count`` deliveries, distinct in id and body, ``PRELOAD_CONCURRENCY`` at a time."""
+    headers = {"Content-Type": "application/json", "X-GitHub-Event": "push"}
     tag = secrets.token_hex(4)
     numbers = iter(range(count))
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
 
         async def sender() -> None:
             for number in numbers:
-                delivery = {**headers, "X-GitHub-Delivery": f"preload-{tag}-{number}"}
-                async with session.post(url, data=body, headers=delivery) as response:
+                delivery_id = f"preload-{tag}-{number}"
+                signed = delivery_body(body, delivery_id)
+                delivery = {
+                    **headers,
+                    "X-GitHub-Delivery": delivery_id,
+                    "X-Hub-Signature-256": signature(secret, signed),
+                }
+                async with session.post(url, data=signed, headers=delivery) as response:
                     answer = await response.read()
                     if response.status != 200:
                         raise BenchError(f"preload POST {url} -> {response.status}: {answer!r}")
@@ -531,7 +560,7 @@ def _verify_executed(
         hook.workflow_id,
     )
     outputs = json.loads(sample[0]) if isinstance(sample[0], str) else sample[0]
-    if outputs != {"payload": PAYLOAD}:
+    if set(outputs) != {"payload"} or without_nonce(outputs["payload"]) != PAYLOAD:
         raise BenchError(f"unexpected run outputs: {outputs}")
     if not seconds or seconds <= 0:
         raise BenchError(f"no time span between the first start and the last finish: {seconds}")

@@ -417,6 +417,26 @@ async def test_the_same_github_body_after_the_replay_window_runs_again(shaped_ap
     assert len(await runs_of(shaped_api, created["workflowId"])) == 2
 
 
+async def test_a_github_body_stored_before_body_digests_is_still_a_replay(
+    shaped_api: Api,
+) -> None:
+    created = await create_webhook(shaped_api, scheme="github")
+    body = event_body(ref="refs/heads/main")
+    headers = github_headers(created["secret"], body)
+    assert (await deliver(shaped_api, created["webhookId"], body, headers)).status == 200
+    [first] = await wait_for_deliveries(shaped_api, created["webhookId"], 1)
+    # As a row written before migration 0012 holds it.
+    await WebhookDelivery.filter(id=first["deliveryId"]).update(body_sha256=None)
+
+    again = await deliver(
+        shaped_api, created["webhookId"], body, github_headers(created["secret"], body)
+    )
+
+    assert again.status == 200
+    assert len(await deliveries_of(shaped_api, created["webhookId"])) == 1
+    assert len(await runs_of(shaped_api, created["workflowId"])) == 1
+
+
 async def test_a_different_github_body_in_the_window_runs(api: Api) -> None:
     created = await create_webhook(api, scheme="github")
     for ref in ("main", "release"):
