@@ -130,7 +130,7 @@ async def accept_delivery(
 
     async def save(db: BaseDBAsyncClient) -> WebhookDelivery:
         if webhook.scheme == "github":
-            replayed = await _same_body_lately(db, webhook.id, body, now)
+            replayed = await _same_body_lately(db, webhook.id, delivery, now)
             if replayed is not None:
                 return replayed
         await delivery.save(using_db=db, force_create=True)
@@ -165,9 +165,11 @@ _SAME_BODY_SQL = {
 
 
 async def _same_body_lately(
-    db: BaseDBAsyncClient, webhook_id: str, body: bytes, now: datetime
+    db: BaseDBAsyncClient, webhook_id: str, delivery: WebhookDelivery, now: datetime
 ) -> WebhookDelivery | None:
-    """A delivery of the same body accepted by this webhook within GITHUB_REPLAY_WINDOW."""
+    """A delivery of ``delivery``'s body (its digest already made) accepted by this
+    webhook within GITHUB_REPLAY_WINDOW."""
+    body = delivery.body
     if db.capabilities.dialect == "postgres":
         # Other API processes look for the same body now: one at a time, each after the
         # previous one's insert committed (released with this transaction). SQLite has one
@@ -181,8 +183,7 @@ async def _same_body_lately(
     # One raw query, in the transaction every delivery of the batch waits on: the ORM's
     # query building cost more than the lookup.
     sql = _SAME_BODY_SQL[db.capabilities.dialect == "postgres"]
-    digest = hashlib.sha256(body).hexdigest()
-    _, rows = await db.execute_query(sql, [webhook_id, since, digest, body])
+    _, rows = await db.execute_query(sql, [webhook_id, since, delivery.body_sha256, body])
     if not rows:
         return None
     return (
