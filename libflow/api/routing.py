@@ -66,10 +66,11 @@ def _segments(resource: AbstractResource) -> tuple[list[str | None], bool]:
     parts = resource.canonical.split("/")[1:]
     if isinstance(resource, DynamicResource):
         pattern = resource.get_info()["pattern"]
-        if pattern.groups != pattern.pattern.count(_ONE_SEGMENT):
-            return [part for part in parts[: _first_variable(parts)]], False
-    elif not isinstance(resource, PlainResource):
-        return [part for part in parts[: _first_variable(parts)]], False
+        whole = pattern.groups == pattern.pattern.count(_ONE_SEGMENT)
+    else:
+        whole = isinstance(resource, PlainResource)
+    if not whole:
+        return list(parts[: _first_variable(parts)]), False
     return [None if "{" in part else part for part in parts], True
 
 
