@@ -210,3 +210,25 @@ async def test_re_embedding_finishes_in_one_start_up_however_many_files(
     chunks = await Chunk.filter(file_id__in=file_ids)
     assert len(chunks) == 5
     assert {chunk.embedder for chunk in chunks} == {embedder.name}
+
+
+@pytest.mark.usefixtures("semantic_search")
+async def test_a_code_only_one_passage_holds_comes_before_weak_look_alikes(api: Api) -> None:
+    # The model finds no meaning in a made-up code: the passage holding it is under the
+    # vector ranking's cut, and look-alike words elsewhere are a little above it. The
+    # keyword ranking, whole at one hit, says the others hold no word of the query.
+    prose = " ".join(["the quarterly review of contracts across our regional offices"] * 12)
+    code = "vexil067a6f9 orrin067a6f9 plumet067a6f9"
+    file_id = await upload_text(api, f"{prose}. Marker for this upload: {code}.", "report.txt")
+    for n, text in enumerate(
+        [
+            "Order vexal-5521 shipped to Orrington, Plumstead warehouse.",
+            "A vexillologist studies flags and banners.",
+            "The plumber fixed the vexing leak in the orrery room.",
+        ]
+    ):
+        await upload_text(api, text, f"other-{n}.txt")
+    hits = await search(api, code)
+    assert hits[0]["fileId"] == file_id
+    assert hits[0]["scores"]["keyword"] == 1.0
+    assert all(hit["scores"]["keyword"] is None for hit in hits[1:])

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from libflow import appkeys
-from libflow.library.search import Fusion, fuse_rankings
+from libflow.library.search import FUSION_SEMANTIC_WEIGHT, Fusion, fuse_rankings
 from libflow.models import Chunk
 from tests.conftest import Api, ClientFactory, Shape, base_settings, new_project
 from tests.library_helpers import assert_error, detail_fields
@@ -293,6 +293,28 @@ def test_an_exact_hit_first_in_one_ranking_beats_a_middling_hit_in_both() -> Non
     assert (fused[0].keyword, fused[0].semantic) == (1.0, None)
     middling = next(hit for hit in fused if hit.chunk_id == 2)
     assert (middling.keyword, middling.semantic) == (0.5, 0.6)
+
+
+def test_a_passage_the_whole_keyword_ranking_lacks_holds_no_word_of_the_query() -> None:
+    # One keyword hit of fifty asked is every passage with a word of the query: chunk 2 has
+    # none (keyword 0 in the fusion), where a ranking cut at its candidates leaves it the
+    # lowest keyword score returned, the most it can have had.
+    keyword = [(1, 1.0)]
+    semantic = [(2, 0.9), (1, 0.3)]
+    whole = {hit.chunk_id: hit.score for hit in fuse_rankings(keyword, semantic)}
+    assert whole[2] == pytest.approx(FUSION_SEMANTIC_WEIGHT)
+    cut = {hit.chunk_id: hit.score for hit in fuse_rankings(keyword, semantic, asked=1)}
+    assert cut[2] == pytest.approx(1.0)
+
+
+def test_a_weak_best_cosine_is_not_stretched_to_the_top_of_the_scale() -> None:
+    keyword = [(1, 1.0)]
+    weak = {hit.chunk_id: hit for hit in fuse_rankings(keyword, [(2, 0.35)])}
+    # 0.35 is half way from MIN_SIMILARITY (0.2) to CONFIDENT_SIMILARITY (0.5).
+    assert weak[2].score == pytest.approx(FUSION_SEMANTIC_WEIGHT * 0.5)
+    assert weak[1].score > weak[2].score
+    strong = {hit.chunk_id: hit for hit in fuse_rankings(keyword, [(2, 0.8)])}
+    assert strong[2].score == pytest.approx(FUSION_SEMANTIC_WEIGHT)
 
 
 def test_fusion_weights_can_be_changed_in_one_place() -> None:

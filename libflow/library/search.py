@@ -6,9 +6,14 @@ query, the semantic score is the cosine similarity of the passage and the query.
 score is a convex combination of the two put on one scale (Bruch et al., "An Analysis of
 Fusion Functions for Hybrid Retrieval", 2022): each between its theoretical least (0 for
 the keyword score, MIN_SIMILARITY for the cosine, under which the vector ranking returns
-nothing) and this query's best, so each ranking's first hit has 1.0. A passage one ranking
-did not return gets that ranking's lowest returned score, the most it can have had. The
-retrieval benchmarks (bench/retrieval_fusions.py) chose this, and the weights, over
+nothing) and this query's best, so each ranking's first hit has 1.0; a best cosine under
+CONFIDENT_SIMILARITY is scaled against that instead, since a query whose nearest passage is
+that far has found nothing it means. A passage one ranking did not return gets that
+ranking's lowest returned score, the most it can have had, but for a keyword ranking that
+returned fewer than its candidates: that was every passage holding a word of the query, so
+one it lacks has none of them, and 0. (A passage under MIN_SIMILARITY may still be the one:
+the model finds no meaning in a code or a made-up name, which the keyword ranking matches.)
+The retrieval benchmarks (bench/retrieval_fusions.py) chose this, and the weights, over
 raw cosines, min-max over the candidates, z-scores and (weighted) reciprocal rank fusion.
 Unlike reciprocal rank fusion, a passage that one ranking puts first (the exact words) is
 not beaten by one in the middle of both.
@@ -47,6 +52,12 @@ from libflow.models import Chunk, LibraryFile
 FUSION_KEYWORD_WEIGHT = 0.43
 FUSION_SEMANTIC_WEIGHT = 0.57
 CANDIDATES = 50  # how many hits each ranking contributes to the fusion (at least the limit)
+# A best cosine under this is not stretched to 1 on the fused scale. Without it, passages a
+# little above MIN_SIMILARITY (made-up words, codes: all-MiniLM finds no meaning in them)
+# outranked the one passage holding the query's exact code. About the tenth percentile of
+# the best cosines on both retrieval collections: on the two it moved nDCG@10 by -0.0004
+# (FAQ) and +0.0011 (man pages), Recall@10 not at all.
+CONFIDENT_SIMILARITY = 0.5
 MAX_QUERY_TERMS = 32
 # The last word of a query also matches as a prefix ("renovat" finds "renovation"), from
 # this length on: a one- or two-letter prefix matches most of the index.
@@ -231,9 +242,11 @@ class FusedHit:
     semantic: float | None
 
 
-def _on_one_scale(ranking: Sequence[tuple[int, float]], least: float) -> dict[int, float]:
-    """Each score between ``least`` (0) and the ranking's best (1)."""
-    best = max((score for _, score in ranking), default=least)
+def _on_one_scale(
+    ranking: Sequence[tuple[int, float]], least: float, top: float = 0.0
+) -> dict[int, float]:
+    """Each score between ``least`` (0) and the ranking's best or ``top``, the higher (1)."""
+    best = max(max((score for _, score in ranking), default=least), top)
     if best <= least:
         return {chunk_id: 1.0 for chunk_id, _ in ranking}
     return {chunk_id: (score - least) / (best - least) for chunk_id, score in ranking}
@@ -243,13 +256,17 @@ def fuse_rankings(
     keyword: Sequence[tuple[int, float]] | None,
     semantic: Sequence[tuple[int, float]] | None,
     fusion: Fusion = DEFAULT_FUSION,
+    *,
+    asked: int = CANDIDATES,
 ) -> list[FusedHit]:
     """The rankings that ran (None: did not run) fused, best first (see the module's doc).
 
     Both ran: the weighted mean of the keyword score (already 0..1 from 0) and the cosine
-    put between MIN_SIMILARITY and the best; a passage a ranking did not return gets its
-    lowest score there, and at equal fused scores one both returned goes first. One ran:
-    its own score, so a keyword search scores by its keyword score, a semantic one by cosine.
+    put between MIN_SIMILARITY and the best (at least CONFIDENT_SIMILARITY). A passage a
+    ranking did not return gets its lowest score there, or keyword 0 when the keyword
+    ranking returned fewer than the ``asked`` hits (it matched no word); at equal fused
+    scores one both returned goes first. One ran: its own score, so a keyword search scores
+    by its keyword score, a semantic one by cosine.
     """
     keyword_scores = dict(keyword or ())
     semantic_scores = dict(semantic or ())
@@ -265,9 +282,11 @@ def fuse_rankings(
         return sorted(hits, key=lambda hit: (-hit.score, hit.chunk_id))
     scaled = [
         (_on_one_scale(keyword, 0.0), fusion.keyword_weight),
-        (_on_one_scale(semantic, MIN_SIMILARITY), fusion.semantic_weight),
+        (_on_one_scale(semantic, MIN_SIMILARITY, CONFIDENT_SIMILARITY), fusion.semantic_weight),
     ]
     lowest = [min(scores.values(), default=0.0) for scores, _ in scaled]
+    if len(keyword) < asked:
+        lowest[0] = 0.0
     total = fusion.keyword_weight + fusion.semantic_weight
     fused = []
     for chunk_id in ids:
@@ -317,7 +336,7 @@ async def search(
         # The model reads a query's first max_tokens; the keyword ranking reads all of it.
         [query_vector] = await embedder.embed([query], truncate=True)
         semantic = await vectors.nearest(project_id, embedder.name, query_vector, where, candidates)
-    fused = fuse_rankings(keyword, semantic, fusion or DEFAULT_FUSION)[:limit]
+    fused = fuse_rankings(keyword, semantic, fusion or DEFAULT_FUSION, asked=candidates)[:limit]
     if not fused:
         return []
     # By primary key alone, the project checked here: with project_id in the query
