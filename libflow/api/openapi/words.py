@@ -13,7 +13,11 @@ from __future__ import annotations
 import copy
 from typing import Any, Final
 
-from libflow.library.search import FUSION_KEYWORD_WEIGHT, FUSION_SEMANTIC_WEIGHT
+from libflow.library.search import (
+    CONFIDENT_SIMILARITY,
+    FUSION_KEYWORD_WEIGHT,
+    FUSION_SEMANTIC_WEIGHT,
+)
 from libflow.library.vectors import MIN_SIMILARITY
 
 _TIMESTAMP: Final = "ISO 8601, UTC."
@@ -93,9 +97,10 @@ SCHEMA_WORDS: Final[dict[str, tuple[str, dict[str, str]]]] = {
             "chunk": "The passage's whole text.",
             "score": "How well it matches, 0 to 1: in hybrid mode the weighted mean of "
             f"`scores` ({FUSION_KEYWORD_WEIGHT:g} keyword, {FUSION_SEMANTIC_WEIGHT:g} semantic; "
-            f"the cosine counted from {MIN_SIMILARITY:g} up to this query's best, and a "
-            "ranking that did not return the passage counting its lowest score), or the one "
-            "score a keyword-only or semantic search has.",
+            f"the cosine counted from {MIN_SIMILARITY:g} up to this query's best, or "
+            f"{CONFIDENT_SIMILARITY:g} if the best is less, and a ranking that did not return "
+            "the passage counting its lowest score, or keyword 0 when the keyword ranking "
+            "returned all its matches), or the one score a keyword-only or semantic search has.",
             "scores": "The score of each ranking, null where that ranking did not find it.",
             "keyword": "BM25 (PostgreSQL: ts_rank_cd) in the exact and the stemmed index, "
             "added, over the best of this query's: 1.0 is the best keyword match.",
