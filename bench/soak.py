@@ -10,6 +10,9 @@ came, at most once) and every upload be processed. Not part of ``python -m bench
 takes ten minutes by design. Besides end against start, each server's RSS growth a minute
 from the second minute on (a least-squares slope) says whether memory keeps growing.
 
+``--only KIND[,KIND]`` runs only those kinds of load (of ``RATES``; /healthz always), to
+tell which one moves memory.
+
 ``--workers N`` (N > 1) starts ``run_server.py --workers N``: a supervisor and N server
 processes on one port. The RSS of each of them (the servers found as the supervisor's
 children, labelled by their slot) is sampled and compared on its own, and a server that
@@ -414,9 +417,9 @@ async def _sample_memory(watch: Watch, until: float) -> None:
     watch.sample(time.monotonic() - started)
 
 
-async def _load(soak: Soak, watch: Watch, seconds: float) -> None:
+async def _load(soak: Soak, watch: Watch, seconds: float, kinds: tuple[str, ...]) -> None:
     until = time.monotonic() + seconds
-    rates = {**RATES, "healthz": HEALTHZ_RATE}
+    rates = {**{kind: RATES[kind] for kind in kinds}, "healthz": HEALTHZ_RATE}
     if soak.hostile_workflows:
         rates.update(HOSTILE_RATES)
     connector = aiohttp.TCPConnector(limit=64)
@@ -483,9 +486,12 @@ def _restarts_logged(log_path: Path) -> int:
     return 0
 
 
-def run(minutes: float = 10, hostile: bool = False, workers: int = 1) -> Report:
+def run(
+    minutes: float = 10, hostile: bool = False, workers: int = 1, kinds: tuple[str, ...] = ()
+) -> Report:
     """Start the embedded server, load it for ``minutes``, report memory and errors."""
     seconds = minutes * 60
+    kinds = kinds or tuple(RATES)
     work = Path(tempfile.mkdtemp(prefix="libflow-soak-"))
     data_dir = work / "data"
     env = libflow_env(data_dir)
@@ -496,7 +502,7 @@ def run(minutes: float = 10, hostile: bool = False, workers: int = 1) -> Report:
         watch = _watch(proc, workers)
         workflow_id, hook, hostile_workflows = asyncio.run(_set_up(base, project, key, hostile))
         soak = Soak(base, project, key, workflow_id, hook, hostile_workflows)
-        asyncio.run(_load(soak, watch, seconds))
+        asyncio.run(_load(soak, watch, seconds, kinds))
         database = data_dir / "libflow.sqlite3"
         deliveries, files = asyncio.run(_settled(database))
         webhook_runs = _counts(
@@ -600,7 +606,8 @@ def run(minutes: float = 10, hostile: bool = False, workers: int = 1) -> Report:
     ]
     notes = [
         f"soak: {minutes:g} min on the embedded shape (SQLite, local storage, in-process jobs, "
-        f"LIBFLOW_EMBEDDER default), {where}, rates per second {RATES}; answers by kind and "
+        f"LIBFLOW_EMBEDDER default), {where}, rates per second "
+        f"{ {kind: RATES[kind] for kind in kinds} }; answers by kind and "
         "status: " + ", ".join(f"{k} {s}: {c}" for (k, s), c in sorted(soak.tally.answers.items())),
         f"soak: at the end, files by status {dict(files)} (uploaded {soak.tally.uploads}), "
         f"deliveries by status {dict(deliveries)}, webhook-triggered runs {webhook_runs}, "
@@ -683,10 +690,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workers", type=int, default=1, help="run_server.py --workers N (a supervisor)"
     )
+    parser.add_argument(
+        "--only", default="", help=f"comma-separated kinds of load, of {', '.join(RATES)}"
+    )
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error("--workers must be at least 1")
-    report = run(args.minutes, hostile=args.hostile, workers=args.workers)
+    kinds = tuple(kind for kind in args.only.split(",") if kind)
+    if unknown := [kind for kind in kinds if kind not in RATES]:
+        parser.error(f"--only: unknown kind {unknown[0]!r}; the kinds are {', '.join(RATES)}")
+    report = run(args.minutes, hostile=args.hostile, workers=args.workers, kinds=kinds)
     print(render_table([report]))
     return 0 if all(row.met is not False for row in report.rows) else 1
 
