@@ -25,7 +25,9 @@ Ranking = Sequence[tuple[int, float]] | None
 def reciprocal_rank_fusion(k: int) -> Callable[..., list[search.FusedHit]]:
     """fuse_rankings' shape, scoring by 1 / (k + rank) summed over the rankings that ran."""
 
-    def fuse(keyword: Ranking, semantic: Ranking, fusion: object = None) -> list[search.FusedHit]:
+    def fuse(
+        keyword: Ranking, semantic: Ranking, fusion: object = None, *, asked: int = 0
+    ) -> list[search.FusedHit]:
         scores: dict[int, float] = {}
         for ranking in (keyword, semantic):
             for rank, (chunk_id, _) in enumerate(ranking or (), start=1):

@@ -19,9 +19,13 @@ def test_each_rankings_first_hit_scores_one_on_its_scale() -> None:
 
 
 def test_a_passage_one_ranking_missed_gets_its_lowest_score() -> None:
+    # Both rankings cut at the two hits asked for: a passage missing may have had up to the
+    # lowest returned score.
     keyword = [(1, 1.0), (2, 0.5)]
     semantic = [(1, 0.8), (3, 0.5)]
-    fused = {hit.chunk_id: hit for hit in fuse_rankings(keyword, semantic, Fusion(0.4, 0.6))}
+    fused = {
+        hit.chunk_id: hit for hit in fuse_rankings(keyword, semantic, Fusion(0.4, 0.6), asked=2)
+    }
     lowest_cosine = (0.5 - MIN_SIMILARITY) / (0.8 - MIN_SIMILARITY)
     assert fused[2].score == pytest.approx(0.4 * 0.5 + 0.6 * lowest_cosine)
     assert fused[3].score == pytest.approx(0.4 * 0.5 + 0.6 * lowest_cosine)
