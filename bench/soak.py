@@ -417,9 +417,9 @@ async def _sample_memory(watch: Watch, until: float) -> None:
     watch.sample(time.monotonic() - started)
 
 
-async def _load(soak: Soak, watch: Watch, seconds: float, kinds: tuple[str, ...]) -> None:
+async def _load(soak: Soak, watch: Watch, seconds: float, load: dict[str, float]) -> None:
     until = time.monotonic() + seconds
-    rates = {**{kind: RATES[kind] for kind in kinds}, "healthz": HEALTHZ_RATE}
+    rates = {**load, "healthz": HEALTHZ_RATE}
     if soak.hostile_workflows:
         rates.update(HOSTILE_RATES)
     connector = aiohttp.TCPConnector(limit=64)
@@ -491,7 +491,7 @@ def run(
 ) -> Report:
     """Start the embedded server, load it for ``minutes``, report memory and errors."""
     seconds = minutes * 60
-    kinds = kinds or tuple(RATES)
+    load = {kind: RATES[kind] for kind in kinds or RATES}
     work = Path(tempfile.mkdtemp(prefix="libflow-soak-"))
     data_dir = work / "data"
     env = libflow_env(data_dir)
@@ -502,7 +502,7 @@ def run(
         watch = _watch(proc, workers)
         workflow_id, hook, hostile_workflows = asyncio.run(_set_up(base, project, key, hostile))
         soak = Soak(base, project, key, workflow_id, hook, hostile_workflows)
-        asyncio.run(_load(soak, watch, seconds, kinds))
+        asyncio.run(_load(soak, watch, seconds, load))
         database = data_dir / "libflow.sqlite3"
         deliveries, files = asyncio.run(_settled(database))
         webhook_runs = _counts(
@@ -606,8 +606,7 @@ def run(
     ]
     notes = [
         f"soak: {minutes:g} min on the embedded shape (SQLite, local storage, in-process jobs, "
-        f"LIBFLOW_EMBEDDER default), {where}, rates per second "
-        f"{ {kind: RATES[kind] for kind in kinds} }; answers by kind and "
+        f"LIBFLOW_EMBEDDER default), {where}, rates per second {load}; answers by kind and "
         "status: " + ", ".join(f"{k} {s}: {c}" for (k, s), c in sorted(soak.tally.answers.items())),
         f"soak: at the end, files by status {dict(files)} (uploaded {soak.tally.uploads}), "
         f"deliveries by status {dict(deliveries)}, webhook-triggered runs {webhook_runs}, "

@@ -2,13 +2,13 @@
 
 ``python -m libflow.library.embeddings.exporting LOCATION DIRECTORY int8|fp32`` loads the model
 into PyTorch, exports it into DIRECTORY and records it; its last line on stdout is the
-export as JSON. A model it cannot take exits with EXPORT_REFUSED, the reason on stderr; a
-module missing with EXPORT_MISSING_MODULE, its name on stderr.
+export's record (``ExportedModel.to_json``). A model it cannot take exits with
+EXPORT_REFUSED, the reason on stderr; a module missing with EXPORT_MISSING_MODULE, its name
+on stderr.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -26,16 +26,7 @@ def main(argv: list[str]) -> int:
     except SettingsError as err:
         print(str(err).replace("\n", " "), file=sys.stderr)
         return EXPORT_REFUSED
-    print(
-        json.dumps(
-            {
-                "onnx": str(exported.onnx),
-                "tokenizer": str(exported.tokenizer),
-                "maxTokens": exported.max_tokens,
-                "dimensions": exported.dimensions,
-            }
-        )
-    )
+    print(exported.to_json())
     return 0
 
 

@@ -7,7 +7,6 @@ import atexit
 import functools
 import hashlib
 import importlib.util
-import json
 import math
 import os
 import shutil
@@ -291,13 +290,7 @@ def export_in_child(location: str, directory: Path, *, int8: bool) -> ExportedMo
             f"exporting embedding model {location!r} to ONNX failed (exit {done.returncode}): "
             f"{done.stderr.strip()[-2000:]}"
         )
-    data = json.loads(lines[-1])
-    return ExportedModel(
-        onnx=Path(data["onnx"]),
-        tokenizer=Path(data["tokenizer"]),
-        max_tokens=int(data["maxTokens"]),
-        dimensions=int(data["dimensions"]),
-    )
+    return ExportedModel.from_json(directory, lines[-1])
 
 
 class LocalEmbedder:

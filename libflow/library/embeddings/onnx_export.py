@@ -92,6 +92,29 @@ class ExportedModel:
     max_tokens: int
     dimensions: int
 
+    def to_json(self) -> str:
+        """The record of it: file names within the cache directory, the length, the width."""
+        return json.dumps(
+            {
+                "onnx": self.onnx.name,
+                "tokenizer": self.tokenizer.name,
+                "maxTokens": self.max_tokens,
+                "dimensions": self.dimensions,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, cache_dir: Path, text: str) -> ExportedModel:
+        """The export ``text`` (``to_json``) records in ``cache_dir``; ValueError, KeyError or
+        TypeError when it is not one."""
+        data = json.loads(text)
+        return cls(
+            onnx=cache_dir / str(data["onnx"]),
+            tokenizer=cache_dir / str(data["tokenizer"]),
+            max_tokens=int(data["maxTokens"]),
+            dimensions=int(data["dimensions"]),
+        )
+
 
 def source_digest(location: str) -> str | None:
     """A digest of the model directory's files (names, sizes, modification times) and of this
@@ -114,13 +137,8 @@ def find_exported(cache_dir: Path, source: str, *, int8: bool) -> ExportedModel 
     """The export of the model whose files have digest ``source``, if one is recorded and
     its files are there."""
     try:
-        data = json.loads(_record_path(cache_dir, source, int8).read_text(encoding="utf-8"))
-        exported = ExportedModel(
-            onnx=cache_dir / str(data["onnx"]),
-            tokenizer=cache_dir / str(data["tokenizer"]),
-            max_tokens=int(data["maxTokens"]),
-            dimensions=int(data["dimensions"]),
-        )
+        record = _record_path(cache_dir, source, int8).read_text(encoding="utf-8")
+        exported = ExportedModel.from_json(cache_dir, record)
     except (OSError, ValueError, KeyError, TypeError):
         return None  # none yet, or unreadable: export again
     if not (exported.onnx.is_file() and exported.tokenizer.is_file()):
@@ -130,14 +148,7 @@ def find_exported(cache_dir: Path, source: str, *, int8: bool) -> ExportedModel 
 
 def record_exported(cache_dir: Path, source: str, exported: ExportedModel, *, int8: bool) -> None:
     """Record ``exported`` for the model whose files have digest ``source``."""
-    text = json.dumps(
-        {
-            "onnx": exported.onnx.name,
-            "tokenizer": exported.tokenizer.name,
-            "maxTokens": exported.max_tokens,
-            "dimensions": exported.dimensions,
-        }
-    )
+    text = exported.to_json()
     write_atomically(_record_path(cache_dir, source, int8), lambda target: target.write_text(text))
 
 
