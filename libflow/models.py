@@ -185,6 +185,23 @@ class SearchIndexVersion(Model):
         table = "search_index_versions"
 
 
+class SearchIndexChange(Model):
+    """Which file a version of a project's search index changed.
+
+    A vector cache a few versions behind reads only those files' rows again, where it
+    would otherwise read the project's whole matrix after every upload.
+    """
+
+    id = fields.BigIntField(primary_key=True)
+    project_id = fields.CharField(max_length=32)
+    version = fields.BigIntField()
+    file_id = fields.CharField(max_length=32)
+
+    class Meta:
+        table = "search_index_changes"
+        unique_together = (("project_id", "version"),)
+
+
 class Workflow(Model):
     """A named workflow of a project, whose definitions are immutable, numbered versions."""
 

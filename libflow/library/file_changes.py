@@ -53,7 +53,7 @@ async def update_file(
             **index_changes
         ):
             # The vector caches hold folders and metadata: they reload.
-            await bump_index_version(project_id, connection)
+            await bump_index_version(project_id, file.id, connection)
     updated = await LibraryFile.get_or_none(id=file.id)
     if updated is None:
         raise NotFound(f"file {file_id!r} not found")

@@ -64,7 +64,7 @@ async def reembed_stale_chunks(embedder: Embedder | None) -> int:
                 await Chunk.bulk_update(
                     chunks, fields=["embedding", "embedder"], using_db=connection
                 )
-            await bump_index_version(chunks[0].project_id, connection)
+            await bump_index_version(chunks[0].project_id, file_id, connection)
     if file_ids:
         logger.info("re-embedded %d files with %s", len(file_ids), embedder.name)
     return len(file_ids)

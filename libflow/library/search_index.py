@@ -10,7 +10,11 @@ from tortoise.transactions import in_transaction
 
 from libflow.library.pgvector import has_vector_column, insert_chunks
 from libflow.library.vectors import Vector
-from libflow.models import Chunk, LibraryFile, SearchIndexVersion
+from libflow.models import Chunk, LibraryFile, SearchIndexChange, SearchIndexVersion
+
+# The changes each project's log keeps. A vector cache further behind than this (a process
+# that searched nothing for a long while) reads the project's matrix whole again.
+KEPT_CHANGES = 1000
 
 
 class IndexedPassage(Protocol):
@@ -91,7 +95,7 @@ async def write_file_index(
             await insert_chunks(connection, rows, vectors)
         elif rows:
             await Chunk.bulk_create(rows, batch_size=500, using_db=connection)
-        await bump_index_version(file.project_id, connection)
+        await bump_index_version(file.project_id, file.id, connection)
 
 
 async def remove_file_index(file_id: str, project_id: str) -> None:
@@ -99,14 +103,30 @@ async def remove_file_index(file_id: str, project_id: str) -> None:
     async with in_transaction() as connection:
         deleted = await Chunk.filter(file_id=file_id).using_db(connection).delete()
         if deleted:
-            await bump_index_version(project_id, connection)
+            await bump_index_version(project_id, file_id, connection)
 
 
-async def bump_index_version(project_id: str, connection: Any) -> None:
-    """Tell every process's vector cache that this project's index changed."""
+async def bump_index_version(project_id: str, file_id: str, connection: Any) -> None:
+    """Tell every process's vector cache that this file's index rows changed.
+
+    The version moves under the counter row's lock, so versions are numbered in the
+    order their transactions commit and a cache that read version v has every change
+    up to v in the log.
+    """
     await SearchIndexVersion.get_or_create(project_id=project_id, using_db=connection)
     await (
         SearchIndexVersion.filter(project_id=project_id)
         .using_db(connection)
         .update(version=F("version") + 1)
     )
+    counter = await SearchIndexVersion.get(project_id=project_id, using_db=connection)
+    version = counter.version
+    await SearchIndexChange.create(
+        project_id=project_id, version=version, file_id=file_id, using_db=connection
+    )
+    if version % KEPT_CHANGES == 0:
+        await (
+            SearchIndexChange.filter(project_id=project_id, version__lte=version - KEPT_CHANGES)
+            .using_db(connection)
+            .delete()
+        )
