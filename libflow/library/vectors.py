@@ -85,7 +85,7 @@ MAX_FILES_READ_AGAIN = 200
 class _ProjectVectors:
     """One project's vectors in one embedder's space, as rows of a growing matrix.
 
-    Rows are appended in place (the arrays keep spare capacity, doubled when full) and
+    Rows are appended in place (the arrays keep a quarter of spare room) and
     retired by a mask, so a write costs the rows it wrote: reading the whole matrix
     again after every upload churned the process's memory by its size each time.
     """
@@ -121,7 +121,9 @@ class _ProjectVectors:
             self.matrix = np.zeros((0, dimensions), dtype=np.float32)
         end = self.size + len(rows)
         if end > len(self.ids):
-            self._grow(max(end, 2 * len(self.ids), 64))
+            # Room for a quarter more: a whole read leaves some, so the next upload's rows
+            # are written in place rather than after a copy of every vector.
+            self._grow(end + max(end // 4, 64))
         vectors = np.frombuffer(b"".join(row[3] for row in rows), dtype="<f4")
         self.matrix[self.size : end] = vectors.reshape(len(rows), dimensions)
         self.ids[self.size : end] = [row[0] for row in rows]
@@ -205,7 +207,8 @@ class VectorIndex:
         key = (project_id, embedder)
         async with self._lock:
             cached = self._cache.get(key)
-            if cached is None or cached.version > version:
+            # A cache at or past the version read (a search moved it meanwhile) serves as is.
+            if cached is None:
                 cached = await self._read_whole(project_id, embedder, version)
             elif cached.version < version:
                 changed = await self._changed_files(project_id, cached.version, version)
