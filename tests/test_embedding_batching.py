@@ -31,6 +31,15 @@ def test_passages_of_one_length_share_a_batch_up_to_its_size() -> None:
     assert padding_runs([100, 100 - CALL_OVERHEAD_TOKENS // 2], 16) == [(0, 2)]
 
 
+def test_long_passages_share_a_batch_up_to_its_token_budget() -> None:
+    assert padding_runs([256] * 8, 16) == [(0, 4), (4, 8)]
+    assert padding_runs([256] * 8, 16, max_tokens=2048) == [(0, 8)]
+    # Short passages still fill the batch: the budget bounds rows times length.
+    assert padding_runs([30] * 16, 16) == [(0, 16)]
+    # A passage longer than the budget runs alone.
+    assert padding_runs([2000, 2000], 16) == [(0, 1), (1, 2)]
+
+
 class Model:
     """Records each batch; a row's vector is its length in the first column."""
 
@@ -66,15 +75,15 @@ def batcher(model: Model, batch_size: int = 16) -> Batcher[int]:
 async def test_concurrent_calls_share_batches_and_get_their_own_rows_in_order() -> None:
     model = Model()
     shared = batcher(model)
-    documents = [[256, 256, 100], [256, 98], [256, 256, 96]]
+    documents = [[128, 128, 50], [128, 49], [128, 128, 48]]
     calls = [asyncio.create_task(shared.embed(d)) for d in documents]
     await asyncio.sleep(0)
     model.release.set()
     results = await asyncio.gather(*calls)
     for document, vectors in zip(documents, results, strict=True):
         assert vectors[:, 0].tolist() == document
-    # Two batches, each of about one length, rather than three padded to 256.
-    assert sorted(map(sorted, model.batches)) == [[96, 98, 100], [256] * 5]
+    # Two batches, each of about one length, rather than three padded to 128.
+    assert sorted(map(sorted, model.batches)) == [[48, 49, 50], [128] * 5]
 
 
 async def test_a_search_query_goes_before_waiting_passages() -> None:

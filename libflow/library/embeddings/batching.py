@@ -30,14 +30,24 @@ Item = TypeVar("Item")
 CALL_OVERHEAD_TOKENS = 16
 # The pool of a round, in batches: enough passages to group by length, little to sort.
 POOL_BATCHES = 4
+# A batch of more than one passage holds at most this many padded tokens. Attention's memory
+# grows with the batch times its length squared, and ONNX Runtime's arena keeps the largest
+# batch's size for the life of the process: 16 passages of 256 word pieces took about 165 MiB
+# more than 4 of them, for no speed (int8 on this 2-core CPU: 68 chunks/s at 16 x 256,
+# 70 at 4 x 256; short passages still run 16 at a time, where batching pays: 18 word
+# pieces, 650 chunks/s 4 at a time against 850 at 16).
+BATCH_TOKENS = 1024
 
 
-def padding_runs(lengths: Sequence[int], limit: int) -> list[tuple[int, int]]:
+def padding_runs(
+    lengths: Sequence[int], limit: int, max_tokens: int = BATCH_TOKENS
+) -> list[tuple[int, int]]:
     """``lengths`` (longest first) cut into runs of at most ``limit``: the fewest padded tokens.
 
-    A run costs its count times its first (longest) length, plus CALL_OVERHEAD_TOKENS; the
-    cuts are the cheapest (dynamic programming over where each run ends). Returns
-    ``(start, end)`` pairs, in order.
+    A run of more than one holds at most ``max_tokens`` padded tokens (its count times its
+    first, longest, length). A run costs those tokens plus CALL_OVERHEAD_TOKENS; the cuts
+    are the cheapest (dynamic programming over where each run ends). Returns ``(start,
+    end)`` pairs, in order.
     """
     count = len(lengths)
     best = [0] * (count + 1)  # best[i]: the least cost of the first i lengths
@@ -46,6 +56,7 @@ def padding_runs(lengths: Sequence[int], limit: int) -> list[tuple[int, int]]:
         best[end], cut[end] = min(
             (best[start] + (end - start) * lengths[start] + CALL_OVERHEAD_TOKENS, start)
             for start in range(max(0, end - limit), end)
+            if start == end - 1 or (end - start) * lengths[start] <= max_tokens
         )
     runs = []
     end = count
