@@ -52,7 +52,7 @@ async def update_file(
         if index_changes and await Chunk.filter(file_id=file.id).using_db(connection).update(
             **index_changes
         ):
-            # The vector caches hold folders and metadata: they reload.
+            # The vector caches hold folders and metadata: they read this file's rows again.
             await bump_index_version(project_id, file.id, connection)
     updated = await LibraryFile.get_or_none(id=file.id)
     if updated is None:

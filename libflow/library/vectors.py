@@ -128,9 +128,9 @@ class _ProjectVectors:
         self.matrix[self.size : end] = vectors.reshape(len(rows), dimensions)
         self.ids[self.size : end] = [row[0] for row in rows]
         self.live[self.size : end] = True
-        for offset, row in enumerate(rows):
-            self.folders[self.size + offset] = row[2]
-            self.rows_of_file.setdefault(row[1], []).append(self.size + offset)
+        self.folders[self.size : end] = [row[2] for row in rows]
+        for index, row in enumerate(rows, start=self.size):
+            self.rows_of_file.setdefault(row[1], []).append(index)
         self.metadata.extend(row[4] for row in rows)
         if self.postings is not None:
             self._post(range(self.size, end))
