@@ -112,14 +112,37 @@ def header_text(value: str) -> str:
     return raw.decode("utf-8", "replace").replace("\x00", "\ufffd")
 
 
+class RawJson:
+    """JSON text already written (a column stored as JSON), which ``dumps`` embeds as it is:
+    an answer need not decode a stored document only to encode it again."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _raw_fragment(value: Any) -> orjson.Fragment:
+    if isinstance(value, RawJson):
+        return orjson.Fragment(value.text)
+    raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
+
+
+def _raw_decoded(value: Any) -> Any:
+    if isinstance(value, RawJson):
+        return json.loads(value.text)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def dumps(value: Any) -> bytes:
     """``value`` as compact UTF-8 JSON: orjson's, or the standard library's for what it refuses.
 
     orjson takes a fraction of ``json.dumps``'s time, but refuses integers beyond 64 bits
     (a run's outputs may hold one), keys that are not strings and text with an unpaired
     surrogate; those values, rare, are written by ``json.dumps`` as they always were.
+    A ``RawJson`` inside is written as its text.
     """
     try:
-        return orjson.dumps(value)
+        return orjson.dumps(value, default=_raw_fragment)
     except TypeError:  # orjson.JSONEncodeError is a TypeError
-        return json.dumps(value, separators=(",", ":")).encode()
+        return json.dumps(value, separators=(",", ":"), default=_raw_decoded).encode()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import subprocess
 import sys
 import textwrap
@@ -14,6 +15,7 @@ from tortoise.migrations.autodetector import MigrationAutodetector
 
 from libflow import appkeys
 from libflow.db.connection import open_database, tortoise_config
+from libflow.db.fast_reads import FileRecord
 from libflow.db.new_rows import new_instance
 from libflow.ids import utcnow
 from libflow.models import LibraryFile, ProcessingStatus, Project, WorkflowRun
@@ -112,6 +114,40 @@ async def test_the_inline_reads_give_what_the_orm_gives(api: Api) -> None:
     inline.name = "renamed.txt"  # an instance read inline saves like any other
     await inline.save(update_fields=["name"])
     assert (await LibraryFile.get(id=created.id)).name == "renamed.txt"
+
+
+async def test_a_file_record_read_inline_is_the_record_of_the_orms_model(api: Api) -> None:
+    # GET one reads its record straight from the row (db/fast_reads.py), without a model.
+    app = api.client.app
+    assert app is not None
+    reads = app[appkeys.READS]
+    created = await LibraryFile.create(
+        project_id=api.project_id,
+        name="notes ✓.txt",
+        file_type="txt",
+        mime_type="text/plain",
+        storage_key=f"{api.project_id}/notes.txt",
+        size=2**40,
+        updating=False,
+        indexed=True,
+        finalized_at=utcnow(),
+        status=ProcessingStatus.DONE,
+        steps={"queued": "2026-11-24T00:00:00.000Z"},
+        metadata={"team": "ops", "year": 2026, "draft": True, "city": "Zürich"},
+        pages=3,
+    )
+    assert reads.inline.values("SELECT 1", ()) == (1,)  # the read below is the inline one
+    inline = await reads.file_record(api.project_id, created.id)
+    assert inline is not None
+    of_model = FileRecord.of(await LibraryFile.get(id=created.id))
+    as_read = inline._asdict()
+    expected = of_model._asdict()
+    for name in ("metadata_json", "steps_json"):  # the same JSON, maybe not the same text
+        assert json.loads(as_read.pop(name)) == json.loads(expected.pop(name))
+    assert as_read == expected
+    assert {n: type(v) for n, v in as_read.items()} == {n: type(v) for n, v in expected.items()}
+    assert await reads.file_record(api.project_id, "f" * 24) is None
+    assert await reads.file_record("p" * 24, created.id) is None
 
 
 async def test_a_run_record_made_fast_is_what_the_model_makes(api: Api) -> None:

@@ -232,3 +232,14 @@ async def test_a_patch_racing_processing_is_kept_in_the_index(shaped_api: Api) -
     await write_file_index(stale, [Passage("The pewter albatross log.", 0)], None, None)
     [chunk] = await Chunk.filter(file_id=file_id)
     assert (chunk.metadata, chunk.folder_id) == ({"team": "legal"}, folder["id"])
+
+
+async def test_get_one_answers_the_record_patch_answered(shaped_api: Api) -> None:
+    # PATCH renders the model it saved; GET one renders the row it reads (inline on
+    # SQLite, without a model): the two must be the same record.
+    created = await create_labelled(shaped_api, LABELS)
+    labels = {"city": "Zürich ✓", "quote": 'say "hi"\n', "n": -(2**53) + 1, "x": 1e-7}
+    patched = await patch(shaped_api, created["documentId"], {"metadata": labels, "dir": "root"})
+    fetched = await get_file(shaped_api, created["documentId"])
+    assert fetched == patched
+    assert fetched["metadata"] == labels

@@ -119,7 +119,7 @@ def _link_next(request: web.Request, response: web.Response, query: dict[str, st
 @routes.get(f"{PREFIX}/files/{{fileId}}")
 async def get_file(request: web.Request) -> web.Response:
     """One file with its processing state."""
-    file = await files.get_file(
+    file = await files.get_file_record(
         request.app[appkeys.READS], _project(request), request.match_info["fileId"]
     )
     return json_response(file_detail_json(file))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from libflow.db.fast_reads import FileRecord
 from libflow.ids import iso
+from libflow.json_text import RawJson
 from libflow.models import Folder, LibraryFile
 
 
@@ -19,7 +21,7 @@ def folder_json(folder: Folder) -> dict[str, Any]:
     }
 
 
-def file_json(file: LibraryFile) -> dict[str, Any]:
+def file_json(file: LibraryFile | FileRecord) -> dict[str, Any]:
     """Exactly the fields of the spec's library file record."""
     return {
         "id": file.id,
@@ -35,8 +37,10 @@ def file_json(file: LibraryFile) -> dict[str, Any]:
     }
 
 
-def file_detail_json(file: LibraryFile) -> dict[str, Any]:
+def file_detail_json(file: LibraryFile | FileRecord) -> dict[str, Any]:
     """The record plus what get-one adds: path, processing state, hashes."""
+    if isinstance(file, LibraryFile):
+        file = FileRecord.of(file)
     return {
         **file_json(file),
         "path": file.storage_key,
@@ -44,11 +48,11 @@ def file_detail_json(file: LibraryFile) -> dict[str, Any]:
         "searchable": file.indexed and not file.prevent_search,
         "thumbnail": file.thumbnail_key is not None,
         "sha256": file.sha256,
-        "metadata": file.metadata or {},
+        "metadata": RawJson(file.metadata_json),
         "processing": {
-            "status": str(file.status),
+            "status": file.status,
             "error": file.error,
-            "steps": file.steps,
+            "steps": RawJson(file.steps_json),
             "pages": file.pages,
             "chunks": file.chunks,
             "ocrPages": file.ocr_pages,

@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from tortoise import fields
 from tortoise.fields.data import CharEnumFieldInstance
@@ -23,6 +23,7 @@ from tortoise.models import Model
 
 from libflow.db.new_rows import filled_instance
 from libflow.ids import possible_id
+from libflow.json_text import dumps
 from libflow.models import LibraryFile, Webhook, Workflow, WorkflowVersion
 
 logger = logging.getLogger("libflow.inline_reads")
@@ -51,17 +52,26 @@ class InlineReads:
         """The first row of ``sql`` by column name, or None; InlineReadUnavailable to fall
         back. (A plain tuple named from the cursor's description: ``sqlite3.Row`` made
         into a dict costs twice as much.)"""
+        cursor, values = self._first(sql, parameters)
+        if values is None:
+            return None
+        return dict(zip([column[0] for column in cursor.description], values, strict=True))
+
+    def values(self, sql: str, parameters: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        """The first row of ``sql`` as a tuple, or None; InlineReadUnavailable to fall back."""
+        return self._first(sql, parameters)[1]
+
+    def _first(
+        self, sql: str, parameters: tuple[Any, ...]
+    ) -> tuple[sqlite3.Cursor, tuple[Any, ...] | None]:
         if self._connection is None:
             raise InlineReadUnavailable("not a SQLite database")
         try:
             cursor = self._connection.execute(sql, parameters)
-            values = cursor.fetchone()
+            return cursor, cursor.fetchone()
         except sqlite3.OperationalError as err:
             logger.debug("inline read fell back to the ORM: %s", err)
             raise InlineReadUnavailable(str(err)) from err
-        if values is None:
-            return None
-        return dict(zip([column[0] for column in cursor.description], values, strict=True))
 
     def close(self) -> None:
         """Close the connection."""
@@ -124,6 +134,130 @@ def model_from_row(model: type[M], values: dict[str, Any]) -> M:
     return filled_instance(model, values, in_db=True)
 
 
+class FileRecord(NamedTuple):
+    """A library file as its record shows it (GET one's answer), without a model.
+
+    A model costs more to build than the rest of that GET; JSON columns stay the text
+    stored, for the answer to embed as it is.
+    """
+
+    id: str
+    name: str
+    mime_type: str
+    size: int
+    folder_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    uploader_name: str | None
+    uploader_email: str | None
+    updating: bool
+    storage_key: str
+    indexed: bool
+    prevent_search: bool
+    thumbnail_key: str | None
+    sha256: str | None
+    metadata_json: str
+    status: str
+    error: str | None
+    steps_json: str
+    pages: int | None
+    chunks: int | None
+    ocr_pages: int | None
+    warning: str | None
+
+    @classmethod
+    def of(cls, file: LibraryFile) -> FileRecord:
+        """The record of a model (one just written, or read through the ORM)."""
+        return cls(
+            file.id,
+            file.name,
+            file.mime_type,
+            file.size,
+            file.folder_id,
+            file.created_at,
+            file.updated_at,
+            file.uploader_name,
+            file.uploader_email,
+            file.updating,
+            file.storage_key,
+            file.indexed,
+            file.prevent_search,
+            file.thumbnail_key,
+            file.sha256,
+            dumps(file.metadata or {}).decode(),
+            str(file.status),
+            file.error,
+            dumps(file.steps).decode(),
+            file.pages,
+            file.chunks,
+            file.ocr_pages,
+            file.warning,
+        )
+
+
+_FILE_RECORD_COLUMNS = {"metadata_json": "metadata", "steps_json": "steps"}
+# The record's own field names, in its order: no input reaches this text.
+_FILE_RECORD_SQL = (
+    "SELECT "  # noqa: S608
+    + ", ".join(f'"{_FILE_RECORD_COLUMNS.get(name, name)}"' for name in FileRecord._fields)
+    + ' FROM "library_files" WHERE "id" = ? AND "project_id" = ?'
+)
+
+
+def _file_record(row: tuple[Any, ...]) -> FileRecord:
+    """The record of a row of ``_FILE_RECORD_SQL``: SQLite's text and integers converted."""
+    (
+        file_id,
+        name,
+        mime_type,
+        size,
+        folder_id,
+        created_at,
+        updated_at,
+        uploader_name,
+        uploader_email,
+        updating,
+        storage_key,
+        indexed,
+        prevent_search,
+        thumbnail_key,
+        sha256,
+        metadata_json,
+        status,
+        error,
+        steps_json,
+        pages,
+        chunks,
+        ocr_pages,
+        warning,
+    ) = row
+    return FileRecord(
+        file_id,
+        name,
+        mime_type,
+        size,
+        folder_id,
+        _datetime(created_at),
+        _datetime(updated_at),
+        uploader_name,
+        uploader_email,
+        bool(updating),
+        storage_key,
+        bool(indexed),
+        bool(prevent_search),
+        thumbnail_key,
+        sha256,
+        metadata_json or "{}",
+        status,
+        error,
+        steps_json,
+        pages,
+        chunks,
+        ocr_pages,
+        warning,
+    )
+
+
 _FILE_SQL = 'SELECT * FROM "library_files" WHERE "id" = ? AND "project_id" = ? LIMIT 1'
 _WEBHOOK_SQL = 'SELECT * FROM "webhooks" WHERE "id" = ? AND "deleted_at" IS NULL'
 # One read for the workflow and its version ("latest" when the number is NULL).
@@ -163,6 +297,17 @@ class FastReads:
         except InlineReadUnavailable:
             return await LibraryFile.get_or_none(id=file_id, project_id=project_id)
         return None if row is None else model_from_row(LibraryFile, row)
+
+    async def file_record(self, project_id: str, file_id: str) -> FileRecord | None:
+        """The record of the file ``file_id`` of ``project_id``, or None."""
+        if not possible_id(file_id):
+            return None
+        try:
+            row = self.inline.values(_FILE_RECORD_SQL, (file_id, project_id))
+        except InlineReadUnavailable:
+            file = await LibraryFile.get_or_none(id=file_id, project_id=project_id)
+            return None if file is None else FileRecord.of(file)
+        return None if row is None else _file_record(row)
 
     async def live_webhook(self, webhook_id: str) -> Webhook | None:
         """The webhook ``webhook_id`` unless it is unknown or deleted."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from tortoise.expressions import Q
 
-from libflow.db.fast_reads import FastReads
+from libflow.db.fast_reads import FastReads, FileRecord
 from libflow.errors import (
     ContentTypeMismatch,
     EmptyUpload,
@@ -235,6 +235,14 @@ async def get_file(reads: FastReads, project_id: str, file_id: str) -> LibraryFi
     if file is None:
         raise NotFound(f"file {file_id!r} not found")
     return file
+
+
+async def get_file_record(reads: FastReads, project_id: str, file_id: str) -> FileRecord:
+    """One file of the project, as its record shows it (GET one)."""
+    record = await reads.file_record(project_id, file_id)
+    if record is None:
+        raise NotFound(f"file {file_id!r} not found")
+    return record
 
 
 async def download_url(
