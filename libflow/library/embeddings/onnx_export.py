@@ -8,7 +8,8 @@ Runtime's transformer optimizer into its fused operators (attention, embedding a
 normalization, bias GELU: about 50 nodes instead of 300), kept only if it gives the plain
 graph's vectors; other models keep the plain graph. ``int8`` adds dynamic quantization of the
 matrix products and of the fused attention (per channel: per tensor lost too much here, a
-mean cosine of 0.92 to the fp32 vectors).
+mean cosine of 0.92 to the fp32 vectors). ``openvino-int8`` quantizes the fp32 graph
+statically for OpenVINO instead (``openvino_int8``).
 
 Beside the files, a small record (``ExportedModel``) names them with what else a process
 needs (the tokenizer, the length and dimension), under a digest of the model directory's
@@ -31,15 +32,26 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+
+from libflow.library.embeddings import openvino_int8
 
 if TYPE_CHECKING:
     import onnxruntime
     from sentence_transformers import SentenceTransformer
 
 logger = logging.getLogger("libflow.embeddings")
+
+# What is exported: the fp32 ONNX graph, its dynamic int8 quantization for ONNX Runtime, or
+# its static int8 quantization for OpenVINO.
+ExportKind = Literal["fp32", "int8", "openvino-int8"]
+_SUFFIXES: dict[ExportKind, str] = {
+    "fp32": ".onnx",
+    "int8": ".int8.onnx",
+    "openvino-int8": ".openvino-int8.xml",
+}
 
 # Bumped when the export below changes, so files of an older export are not reused: it is
 # in both digests, so the ONNX files' names and the records' names change with it.
@@ -87,7 +99,7 @@ def weights_digest(model: SentenceTransformer) -> str:
 class ExportedModel:
     """An exported model as a process runs it without PyTorch."""
 
-    onnx: Path
+    graph: Path  # an ONNX file, or OpenVINO's IR (.xml, with its .bin beside it)
     tokenizer: Path  # the model's fast tokenizer (tokenizers' JSON)
     max_tokens: int
     dimensions: int
@@ -96,7 +108,7 @@ class ExportedModel:
         """The record of it: file names within the cache directory, the length, the width."""
         return json.dumps(
             {
-                "onnx": self.onnx.name,
+                "onnx": self.graph.name,
                 "tokenizer": self.tokenizer.name,
                 "maxTokens": self.max_tokens,
                 "dimensions": self.dimensions,
@@ -109,7 +121,7 @@ class ExportedModel:
         TypeError when it is not one."""
         data = json.loads(text)
         return cls(
-            onnx=cache_dir / str(data["onnx"]),
+            graph=cache_dir / str(data["onnx"]),
             tokenizer=cache_dir / str(data["tokenizer"]),
             max_tokens=int(data["maxTokens"]),
             dimensions=int(data["dimensions"]),
@@ -129,44 +141,53 @@ def source_digest(location: str) -> str | None:
     return digest.hexdigest()[:24]
 
 
-def _record_path(cache_dir: Path, source: str, int8: bool) -> Path:
-    return cache_dir / f"exported-{source}{'.int8' if int8 else ''}.json"
+def _record_path(cache_dir: Path, source: str, kind: ExportKind) -> Path:
+    tag = "" if kind == "fp32" else f".{kind}"
+    return cache_dir / f"exported-{source}{tag}.json"
 
 
-def find_exported(cache_dir: Path, source: str, *, int8: bool) -> ExportedModel | None:
+def find_exported(cache_dir: Path, source: str, *, kind: ExportKind) -> ExportedModel | None:
     """The export of the model whose files have digest ``source``, if one is recorded and
     its files are there."""
     try:
-        record = _record_path(cache_dir, source, int8).read_text(encoding="utf-8")
+        record = _record_path(cache_dir, source, kind).read_text(encoding="utf-8")
         exported = ExportedModel.from_json(cache_dir, record)
     except (OSError, ValueError, KeyError, TypeError):
         return None  # none yet, or unreadable: export again
-    if not (exported.onnx.is_file() and exported.tokenizer.is_file()):
+    if not (_graph_exported(exported.graph) and exported.tokenizer.is_file()):
         return None
     return exported
 
 
-def record_exported(cache_dir: Path, source: str, exported: ExportedModel, *, int8: bool) -> None:
+def record_exported(
+    cache_dir: Path, source: str, exported: ExportedModel, *, kind: ExportKind
+) -> None:
     """Record ``exported`` for the model whose files have digest ``source``."""
     text = exported.to_json()
-    write_atomically(_record_path(cache_dir, source, int8), lambda target: target.write_text(text))
+    write_atomically(_record_path(cache_dir, source, kind), lambda target: target.write_text(text))
 
 
-def exported_model(model: SentenceTransformer, cache_dir: Path, *, int8: bool) -> Path:
-    """The model's ONNX file in ``cache_dir``, exported (and quantized) if not there yet.
+def _graph_exported(path: Path) -> bool:
+    return openvino_int8.exported(path) if path.suffix == ".xml" else path.is_file()
+
+
+def exported_model(model: SentenceTransformer, cache_dir: Path, *, kind: ExportKind) -> Path:
+    """The model's graph of ``kind`` in ``cache_dir``, exported (and quantized) if not there.
 
     Processes that may share ``cache_dir`` call this holding ``export_lock(cache_dir)``.
     """
     key = weights_digest(model)
-    fp32 = cache_dir / f"{key}.onnx"
+    fp32 = cache_dir / f"{key}{_SUFFIXES['fp32']}"
     if not fp32.exists():
         logger.info("exporting the embedding model to ONNX", extra={"path": str(fp32)})
         write_atomically(fp32, lambda target: _export_optimized(model, target))
-    if not int8:
-        return fp32
-    quantized = cache_dir / f"{key}.int8.onnx"
-    if not quantized.exists():
+    quantized = cache_dir / f"{key}{_SUFFIXES[kind]}"
+    if kind == "int8" and not quantized.exists():
         write_atomically(quantized, lambda target: _quantize(fp32, target))
+    elif kind == "openvino-int8" and not openvino_int8.exported(quantized):
+        logger.info("quantizing the embedding model for OpenVINO", extra={"path": str(quantized)})
+        with _quiet_root_logger():  # NNCF logs its progress at INFO
+            openvino_int8.quantize(fp32, quantized, model, input_names(model))
     return quantized
 
 
@@ -344,6 +365,19 @@ def _quiet_root_logger() -> Iterator[None]:
         yield
     finally:
         root.setLevel(level)
+
+
+class OnnxSession:
+    """An ONNX Runtime session of the model, as the embedder calls it."""
+
+    def __init__(self, path: Path, threads: int) -> None:
+        self._session = open_session(path, threads)
+        self.input_names = frozenset(i.name for i in self._session.get_inputs())
+
+    def last_hidden_state(self, feed: dict[str, np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
+        """The token vectors of a batch."""
+        [hidden] = self._session.run(["last_hidden_state"], feed)
+        return np.asarray(hidden)
 
 
 def open_session(path: Path, threads: int) -> onnxruntime.InferenceSession:
