@@ -168,94 +168,41 @@ class FileRecord(NamedTuple):
     @classmethod
     def of(cls, file: LibraryFile) -> FileRecord:
         """The record of a model (one just written, or read through the ORM)."""
-        return cls(
-            file.id,
-            file.name,
-            file.mime_type,
-            file.size,
-            file.folder_id,
-            file.created_at,
-            file.updated_at,
-            file.uploader_name,
-            file.uploader_email,
-            file.updating,
-            file.storage_key,
-            file.indexed,
-            file.prevent_search,
-            file.thumbnail_key,
-            file.sha256,
-            dumps(file.metadata or {}).decode(),
-            str(file.status),
-            file.error,
-            dumps(file.steps).decode(),
-            file.pages,
-            file.chunks,
-            file.ocr_pages,
-            file.warning,
-        )
+        values = {name: getattr(file, name) for name in cls._fields if name not in _JSON_TEXT}
+        values["status"] = str(file.status)
+        values["metadata_json"] = dumps(file.metadata or {}).decode()
+        values["steps_json"] = dumps(file.steps).decode()
+        return cls(**values)
 
 
-_FILE_RECORD_COLUMNS = {"metadata_json": "metadata", "steps_json": "steps"}
+# The record's JSON fields, and the column each is stored in.
+_JSON_TEXT = {"metadata_json": "metadata", "steps_json": "steps"}
 # The record's own field names, in its order: no input reaches this text.
 _FILE_RECORD_SQL = (
     "SELECT "  # noqa: S608
-    + ", ".join(f'"{_FILE_RECORD_COLUMNS.get(name, name)}"' for name in FileRecord._fields)
+    + ", ".join(f'"{_JSON_TEXT.get(name, name)}"' for name in FileRecord._fields)
     + ' FROM "library_files" WHERE "id" = ? AND "project_id" = ?'
+)
+# What SQLite hands back as another type than the record's: ISO text, 0/1, a NULL default.
+_SQLITE_CONVERSIONS: tuple[tuple[int, Callable[[Any], Any]], ...] = tuple(
+    (FileRecord._fields.index(name), convert)
+    for name, convert in (
+        ("created_at", _datetime),
+        ("updated_at", _datetime),
+        ("updating", bool),
+        ("indexed", bool),
+        ("prevent_search", bool),
+        ("metadata_json", lambda text: text or "{}"),
+    )
 )
 
 
 def _file_record(row: tuple[Any, ...]) -> FileRecord:
-    """The record of a row of ``_FILE_RECORD_SQL``: SQLite's text and integers converted."""
-    (
-        file_id,
-        name,
-        mime_type,
-        size,
-        folder_id,
-        created_at,
-        updated_at,
-        uploader_name,
-        uploader_email,
-        updating,
-        storage_key,
-        indexed,
-        prevent_search,
-        thumbnail_key,
-        sha256,
-        metadata_json,
-        status,
-        error,
-        steps_json,
-        pages,
-        chunks,
-        ocr_pages,
-        warning,
-    ) = row
-    return FileRecord(
-        file_id,
-        name,
-        mime_type,
-        size,
-        folder_id,
-        _datetime(created_at),
-        _datetime(updated_at),
-        uploader_name,
-        uploader_email,
-        bool(updating),
-        storage_key,
-        bool(indexed),
-        bool(prevent_search),
-        thumbnail_key,
-        sha256,
-        metadata_json or "{}",
-        status,
-        error,
-        steps_json,
-        pages,
-        chunks,
-        ocr_pages,
-        warning,
-    )
+    """The record of a row of ``_FILE_RECORD_SQL``."""
+    values = list(row)
+    for index, convert in _SQLITE_CONVERSIONS:
+        values[index] = convert(values[index])
+    return FileRecord._make(values)
 
 
 _FILE_SQL = 'SELECT * FROM "library_files" WHERE "id" = ? AND "project_id" = ? LIMIT 1'
