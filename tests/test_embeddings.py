@@ -245,6 +245,29 @@ async def test_openvino_int8_vectors_are_close_but_a_space_of_their_own(tmp_path
 
 
 @pytest.mark.usefixtures("semantic_search")
+def test_openvino_pads_batches_to_a_few_widths_without_moving_a_vector(tmp_path: Path) -> None:
+    from libflow.library.embeddings.openvino_int8 import WIDTH_STEP, OpenVinoSession
+
+    model = LocalEmbedder(backend="torch").model
+    path = exported_model(model, tmp_path, kind="openvino-int8")
+    feed = {
+        name: array.astype(np.int64)
+        for name, array in model.tokenizer(
+            ["a short passage", "a passage of a few more words than the first"],
+            padding=True,
+            return_tensors="np",
+        ).items()
+    }
+    width = feed["input_ids"].shape[1]
+    assert width % WIDTH_STEP  # the test means a batch that is padded
+    exact = OpenVinoSession(path, threads=1, width_step=1).last_hidden_state(feed)
+    padded = OpenVinoSession(path, threads=1).last_hidden_state(feed)
+    assert padded.shape == exact.shape == (2, width, 384)
+    real = feed["attention_mask"].astype(bool)
+    assert np.allclose(padded[real], exact[real], atol=1e-4)
+
+
+@pytest.mark.usefixtures("semantic_search")
 def test_the_openvino_export_is_written_once_beside_the_onnx_graph(tmp_path: Path) -> None:
     model = LocalEmbedder(backend="torch").model
     path = exported_model(model, tmp_path, kind="openvino-int8")

@@ -27,6 +27,12 @@ OUTPUT = "last_hidden_state"
 # How many input shapes OpenVINO keeps compiled, and how many oneDNN primitives (below).
 SHAPE_CACHE = 256
 PRIMITIVE_CACHE = 16
+# Batches are padded to a multiple of this many tokens wide, so they come in at most 8
+# widths (the model reads up to 256) and, with 1-16 rows, 128 shapes: all stay compiled.
+# Padded to their own longest passage, ingest met a new shape every few batches, and each
+# was compiled (ingest of 300 documents: 20.5 documents a second against 15.8, 79 ms of
+# server CPU a document against 93). Padding is masked, so the vectors are the same.
+WIDTH_STEP = 32
 
 
 def calibration_texts() -> list[str]:
@@ -84,7 +90,7 @@ class OpenVinoSession:
     with no cache against 142 with every shape cached).
     """
 
-    def __init__(self, path: Path, threads: int) -> None:
+    def __init__(self, path: Path, threads: int, width_step: int = WIDTH_STEP) -> None:
         # oneDNN reads its bound when it starts; an operator's own setting is kept.
         os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(PRIMITIVE_CACHE))
         import openvino
@@ -100,11 +106,17 @@ class OpenVinoSession:
                 "CPU_RUNTIME_CACHE_CAPACITY": SHAPE_CACHE,
             },
         )
+        self._width_step = width_step
         self._request = compiled.create_infer_request()
         self._output = compiled.output(OUTPUT)
         self.input_names = frozenset(name for i in compiled.inputs for name in i.get_names())
 
     def last_hidden_state(self, feed: dict[str, np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
         """The token vectors of a batch (a copy: the request's buffers are reused)."""
+        width = next(iter(feed.values())).shape[1]
+        padding = -width % self._width_step
+        if padding:
+            # Zeros: the padding token, masked out of attention (and of the pooling after).
+            feed = {name: np.pad(array, ((0, 0), (0, padding))) for name, array in feed.items()}
         result = self._request.infer(feed)
-        return np.array(result[self._output])
+        return np.array(result[self._output][:, :width])
