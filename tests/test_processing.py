@@ -6,12 +6,14 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from libflow import appkeys
 from libflow.library.processing import isolation
+from libflow.library.processing.prepare import Prepared
 from libflow.library.search import search as search_index
 from libflow.library.vectors import PassageFilter, QueryEmbedder, Vector, VectorIndex
 from libflow.models import Chunk, LibraryFile, ProcessingStatus
@@ -219,6 +221,34 @@ async def test_a_document_other_than_pdf_has_no_thumbnail(api: Api, name: str) -
     assert "thumbnailed" not in record["processing"]["steps"]
     response = await api.call("GET", f"/files/{record['id']}/thumbnail", allow_redirects=False)
     await assert_error(response, 404, "NOT_FOUND")
+
+
+# --- where a file is prepared -------------------------------------------------------------------
+
+
+async def test_small_plain_text_is_prepared_without_a_child_and_larger_text_with_one(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prepared_in_children: list[str] = []
+    in_child = isolation.prepare_in_child
+
+    async def counted(path: Path, file_type: str, **kwargs: Any) -> Prepared:
+        prepared_in_children.append(file_type)
+        return await in_child(path, file_type, **kwargs)
+
+    monkeypatch.setattr(isolation, "prepare_in_child", counted)
+    note = ("A note on the saffron ibex caravan. " * 500)[: isolation.IN_PROCESS_BYTES]
+    small = await api.upload(note.encode(), name="note.txt", file_type="txt")
+    longer = "Minutes of the cobalt marmot guild. " * 500  # 18,000 bytes
+    large = await api.upload(longer.encode(), name="minutes.md", file_type="md")
+
+    for record in (small, large):
+        done = await wait_until_processed(api, record["id"])
+        assert done["processing"]["status"] == "done", done
+        assert done["processing"]["chunks"] >= 1
+    assert prepared_in_children == ["md"]
+    assert [hit["fileId"] for hit in await search(api, "saffron ibex caravan")][:1] == [small["id"]]
+    assert [hit["fileId"] for hit in await search(api, "cobalt marmot guild")][:1] == [large["id"]]
 
 
 # --- preventSearch and re-processing -----------------------------------------------------------

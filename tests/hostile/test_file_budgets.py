@@ -335,7 +335,7 @@ async def test_a_file_that_crashed_three_times_fails_and_stays_failed_after_a_re
     async def crash(*args: Any, **kwargs: Any) -> None:
         raise ChildCrashed("the process preparing the file was killed by SIGSEGV")
 
-    monkeypatch.setattr(pipeline, "prepare_in_child", crash)
+    monkeypatch.setattr(pipeline, "prepare", crash)
     file_id, _held = await finalize_held(api, "report.docx")
     for job_try in (1, 2):
         with pytest.raises(Retry):

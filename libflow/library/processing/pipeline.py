@@ -1,9 +1,9 @@
 """Processing a finalized file: download, extract, chunk, embed, index, thumbnail; and recovery.
 
 The job functions in ``workers.library`` call these. The CPU-bound steps run in a child
-process under the file's budgets (``isolation``); the job holds a lease on its file (its
-``updated_at``, refreshed every HEARTBEAT_SECONDS, with ``attempts`` as the fencing token), so
-recovery never hands a running file to a second job.
+process under the file's budgets, small plain text on a thread (``isolation``); the job
+holds a lease on its file (its ``updated_at``, refreshed every HEARTBEAT_SECONDS, with
+``attempts`` as the fencing token), so recovery never hands a running file to a second job.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from libflow.library.processing.budgets import (
 )
 from libflow.library.processing.budgets import MAX_ATTEMPTS as MAX_ATTEMPTS
 from libflow.library.processing.extracted import ExtractionError
-from libflow.library.processing.isolation import ChildCrashed, PreparationFailed, prepare_in_child
+from libflow.library.processing.isolation import ChildCrashed, PreparationFailed, prepare
 from libflow.library.processing.thumbnails import ThumbnailError
 from libflow.library.search_index import remove_file_index, write_file_index
 from libflow.models import LibraryFile, ProcessingStatus
@@ -258,9 +258,10 @@ async def _run_pipeline(file: LibraryFile, storage: Storage, embedder: Embedder 
             raise _Failed("the stored object is gone") from err
         await _save(file, "sha256", "size", downloaded=True)
         try:
-            prepared = await prepare_in_child(
+            prepared = await prepare(
                 local,
                 file.file_type,
+                size=file.size,
                 chunk=searchable,
                 work_dir=Path(tmp),
                 sizing=ESTIMATED_SIZING if embedder is None else embedder.passage_sizing,

@@ -51,3 +51,12 @@ def prepare_file(
     if file_type in THUMBNAIL_TYPES and file_type not in IMAGE_TYPES:
         thumbnail = render_thumbnail(path, file_type)
     return Prepared(text=text, chunks=chunks, pages=pages, thumbnail=thumbnail, ocr_pages=ocr_pages)
+
+
+def storable_text(text: str) -> str:
+    """``text`` as UTF-8 can store it: a lone surrogate (a pdf's broken font map) becomes ?."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", errors="replace").decode("utf-8")
+    return text

@@ -43,7 +43,7 @@ from libflow.library.processing import chunking
 from libflow.library.processing.budgets import BudgetExceeded
 from libflow.library.processing.extracted import ExtractionError
 from libflow.library.processing.ocr import ocr_engine
-from libflow.library.processing.prepare import prepare_file
+from libflow.library.processing.prepare import prepare_file, storable_text
 from libflow.library.processing.thumbnails import ThumbnailError
 
 RESULT = "result.json"
@@ -91,15 +91,6 @@ def limit_self(memory_bytes: int, cpu_seconds: int) -> None:
         resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
 
 
-def _valid_text(text: str) -> str:
-    """``text`` as UTF-8 can store it: a lone surrogate (a pdf's broken font map) becomes ?."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", errors="replace").decode("utf-8")
-    return text
-
-
 def _sizing(request: dict[str, Any]) -> PassageSizing:
     """How the request's passages are cut: for its embedder, else by the estimate."""
     value = request.get("sizing")
@@ -124,14 +115,14 @@ def prepare_and_answer(request: dict[str, Any]) -> None:
             chunk=bool(request["chunk"]),
             sizing=_sizing(request),
         )
-        (out / TEXT).write_text(_valid_text(prepared.text), encoding="utf-8")
+        (out / TEXT).write_text(storable_text(prepared.text), encoding="utf-8")
         if prepared.thumbnail is not None:
             (out / THUMBNAIL).write_bytes(prepared.thumbnail)
         answer = {
             "pages": prepared.pages,
             "ocr_pages": prepared.ocr_pages,
             "chunks": [
-                [_valid_text(chunk.text), chunk.page, chunk.page_name, chunk.tokens]
+                [storable_text(chunk.text), chunk.page, chunk.page_name, chunk.tokens]
                 for chunk in prepared.chunks
             ],
             "thumbnail": prepared.thumbnail is not None,
