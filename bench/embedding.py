@@ -106,7 +106,8 @@ def raw_onnx(embedder: LocalEmbedder, texts: Sequence[str]) -> None:
     """The session called directly: tokenize, sort by length, pad, run and pool each batch.
 
     The batches are those the embedder cuts (runs of about one length, up to its batch size),
-    so the comparison is of everything around the model, not of the batching.
+    run as many at once as the embedder runs (its threads, one each), so the comparison is
+    of everything around the model, not of the batching.
     """
     session = embedder.session
     if session is None:
@@ -114,8 +115,8 @@ def raw_onnx(embedder: LocalEmbedder, texts: Sequence[str]) -> None:
     tokenizer = embedder.tokenizer
     encodings = sorted(tokenizer.encode_batch(list(texts)), key=lambda e: -len(e.ids))
     lengths = [len(e.ids) for e in encodings]
-    for start, end in padding_runs(lengths, embedder.batch_size):
-        batch = encodings[start:end]
+
+    def run(batch: Sequence[Any]) -> None:
         width = len(batch[0].ids)
         ids = np.zeros((len(batch), width), dtype=np.int64)
         mask = np.zeros_like(ids)
@@ -125,6 +126,10 @@ def raw_onnx(embedder: LocalEmbedder, texts: Sequence[str]) -> None:
         feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
         feed = {name: array for name, array in feed.items() if name in session.input_names}
         mean_pooled(session.last_hidden_state(feed), mask)
+
+    batches = [encodings[s:e] for s, e in padding_runs(lengths, embedder.batch_size)]
+    with ThreadPoolExecutor(embedder.threads) as pool:
+        list(pool.map(run, batches))
 
 
 def raw_torch(embedder: LocalEmbedder, texts: Sequence[str]) -> None:

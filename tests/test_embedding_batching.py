@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -136,6 +137,62 @@ async def test_a_failed_batch_fails_its_calls_and_the_next_calls_go_on() -> None
     model.release.set()
     with pytest.raises(EmbeddingError):
         await failing
+    assert (await shared.embed([30]))[:, 0].tolist() == [30]
+
+
+async def test_a_batcher_of_two_runs_two_batches_at_once() -> None:
+    # Each batch waits in the model until a second one is there too: one at a time would
+    # break the barrier.
+    both = threading.Barrier(2, timeout=5)
+    model = Model()
+    model.release.set()
+
+    def infer(items: list[int]) -> Vectors:
+        both.wait()
+        return model.infer(items)
+
+    shared = Batcher(
+        infer,
+        lambda item: item,
+        batch_size=2,
+        dimensions=DIMENSIONS,
+        exclusive=model.exclusive,
+        parallel=2,
+    )
+    first, second = await asyncio.gather(shared.embed([200, 200]), shared.embed([20, 20]))
+    assert first[:, 0].tolist() == [200, 200] and second[:, 0].tolist() == [20, 20]
+    assert sorted(map(sorted, model.batches)) == [[20, 20], [200, 200]]
+
+
+async def test_one_call_split_across_batches_at_once_gets_its_rows_in_order() -> None:
+    model = Model()
+    model.release.set()
+    shared = Batcher(
+        model.infer,
+        lambda item: item,
+        batch_size=2,
+        dimensions=DIMENSIONS,
+        exclusive=model.exclusive,
+        parallel=3,
+    )
+    items = [(7 * i) % 23 + 1 for i in range(20)]
+    assert (await shared.embed(items))[:, 0].tolist() == items
+    assert sorted(row for batch in model.batches for row in batch) == sorted(items)
+
+
+async def test_a_failed_batch_fails_its_call_while_another_batch_of_it_runs() -> None:
+    model = Model(fail_on=256)
+    model.release.set()
+    shared = Batcher(
+        model.infer,
+        lambda item: item,
+        batch_size=1,
+        dimensions=DIMENSIONS,
+        exclusive=model.exclusive,
+        parallel=2,
+    )
+    with pytest.raises(EmbeddingError):
+        await shared.embed([256, 30, 40])
     assert (await shared.embed([30]))[:, 0].tolist() == [30]
 
 

@@ -260,8 +260,8 @@ def test_openvino_pads_batches_to_a_few_widths_without_moving_a_vector(tmp_path:
     }
     width = feed["input_ids"].shape[1]
     assert width % WIDTH_STEP  # the test means a batch that is padded
-    exact = OpenVinoSession(path, threads=1, width_step=1).last_hidden_state(feed)
-    padded = OpenVinoSession(path, threads=1).last_hidden_state(feed)
+    exact = OpenVinoSession(path, parallel=1, width_step=1).last_hidden_state(feed)
+    padded = OpenVinoSession(path, parallel=1).last_hidden_state(feed)
     assert padded.shape == exact.shape == (2, width, 384)
     real = feed["attention_mask"].astype(bool)
     assert np.allclose(padded[real], exact[real], atol=1e-4)

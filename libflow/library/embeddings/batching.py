@@ -75,13 +75,17 @@ class _Call(Generic[Item]):
     vectors: Vectors
     done: asyncio.Future[Vectors]
     waiting: deque[int] = field(default_factory=deque)
+    # Rows without their vector yet: those waiting and those in a batch under way.
+    left: int = 0
 
 
 class Batcher(Generic[Item]):
     """Runs ``infer`` for every embed call made on one event loop, a batch at a time.
 
     ``infer`` (blocking, run in a thread) embeds one batch, its items of about one length;
-    ``exclusive`` is held around each batch (one inference at a time in the process).
+    ``exclusive`` is held around each batch. Up to ``parallel`` batches run at once, each
+    taken from what is waiting as the one before it was (a graph session runs one inference
+    a thread: two at once keep two cores busy without the cost of splitting one inference).
     """
 
     def __init__(
@@ -92,15 +96,17 @@ class Batcher(Generic[Item]):
         batch_size: int,
         dimensions: int,
         exclusive: Callable[[], contextlib.AbstractAsyncContextManager[object]],
+        parallel: int = 1,
     ) -> None:
         self._infer = infer
         self._length = length
         self._batch_size = batch_size
         self._dimensions = dimensions
         self._exclusive = exclusive
+        self._parallel = parallel
         self._queries: deque[_Call[Item]] = deque()
         self._passages: deque[_Call[Item]] = deque()
-        self._runner: asyncio.Task[None] | None = None
+        self._runners: set[asyncio.Task[None]] = set()
 
     async def embed(self, items: Sequence[Item], *, query: bool = False) -> Vectors:
         """One vector per item, in order; ``query`` (a search) goes before passages."""
@@ -111,22 +117,25 @@ class Batcher(Generic[Item]):
             np.empty((len(items), self._dimensions), dtype=np.float32),
             asyncio.get_running_loop().create_future(),
             deque(sorted(range(len(items)), key=lambda i: -lengths[i])),
+            len(items),
         )
         (self._queries if query else self._passages).append(call)
-        if self._runner is None or self._runner.done():
-            self._runner = asyncio.create_task(self._run())
-        # Cancelled (its job's budget, a shutdown): the future is too, and the runner drops
+        while len(self._runners) < self._parallel:
+            runner = asyncio.create_task(self._run())
+            self._runners.add(runner)
+            # A finished task holds its event loop: the batcher (kept per loop, weakly) must not.
+            runner.add_done_callback(self._runners.discard)
+        # Cancelled (its job's budget, a shutdown): the future is too, and the runners drop
         # the call's remaining rows.
         return await call.done
 
     async def _run(self) -> None:
         try:
-            while self._queries or self._passages:
-                await self._round(self._queries if self._queries else self._passages)
-        finally:
-            # A finished task holds its event loop: the batcher (kept per loop, weakly) must not.
-            self._runner = None
-            # Only when the runner itself ended early (cancelled at shutdown, or a bug).
+            while (line := self._next_line()) is not None:
+                await self._round(line)
+        except BaseException:
+            # The runner itself ended early (cancelled at shutdown, or a bug): no call waits
+            # for it in vain.
             for line in (self._queries, self._passages):
                 while line:
                     call = line.popleft()
@@ -134,14 +143,20 @@ class Batcher(Generic[Item]):
                         call.done.set_exception(
                             EmbeddingError("the embedder stopped", transient=True)
                         )
+            raise
+
+    def _next_line(self) -> deque[_Call[Item]] | None:
+        """The line with rows to run, queries first (its finished calls dropped), or None."""
+        for line in (self._queries, self._passages):
+            for call in [call for call in line if call.done.done()]:
+                line.remove(call)  # cancelled by its caller, or failed with a batch
+            if any(call.waiting for call in line):
+                return line
+        return None
 
     async def _round(self, line: deque[_Call[Item]]) -> None:
         """Run one batch from the calls of ``line``; finish or requeue the calls it served."""
-        while line and line[0].done.done():
-            line.popleft()  # cancelled by its caller
-        if not line:
-            return
-        front = line[0]
+        front = next(call for call in line if call.waiting)
         rows = self._pool(line)
         first = rows.index((front, front.waiting[0]))
         start, end = next(
@@ -153,6 +168,10 @@ class Batcher(Generic[Item]):
         served = list(dict.fromkeys(call for call, _ in batch))
         for call, index in batch:
             call.waiting.remove(index)
+        # The call first in line has its turn: it waits behind the others for its next.
+        if front.waiting:
+            line.remove(front)
+            line.append(front)
         try:
             async with self._exclusive():
                 vectors = await asyncio.to_thread(self._infer, [c.items[i] for c, i in batch])
@@ -166,25 +185,19 @@ class Batcher(Generic[Item]):
             return
         for row, (call, index) in enumerate(batch):
             call.vectors[index] = vectors[row]
+            call.left -= 1
         for call in served:
-            if call.waiting and not call.done.done():
+            if call.left or call.done.done():
                 continue
             with contextlib.suppress(ValueError):
                 line.remove(call)
-            if not call.done.done():
-                call.done.set_result(call.vectors)
-        # The call first in line had its turn: it waits behind the others for its next.
-        if front.waiting and not front.done.done():
-            line.remove(front)
-            line.append(front)
+            call.done.set_result(call.vectors)
 
     def _pool(self, line: deque[_Call[Item]]) -> list[tuple[_Call[Item], int]]:
         """The rows of the calls first in line (up to POOL_BATCHES batches), longest first."""
         limit = POOL_BATCHES * self._batch_size
         rows: list[tuple[_Call[Item], int]] = []
         for call in line:
-            if call.done.done():
-                continue
             rows.extend((call, i) for i in itertools.islice(call.waiting, limit - len(rows)))
             if len(rows) >= limit:
                 break

@@ -92,20 +92,21 @@ class _LoadedModel:
 
 _models: dict[str, _LoadedModel] = {}
 _models_lock = threading.Lock()
-# One inference already keeps every core busy; two at once only thrash.
-_inference_lock = threading.Lock()
-# Waiters queue on their event loop, not in the default executor's few threads.
-_loop_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+# PyTorch runs one inference on all its threads: two at once only thrash.
+_torch_lock = threading.Lock()
+# Waiters queue on their event loop, not in the default executor's few threads: at most as
+# many inferences at once as the process has CPUs (a graph's each take one, PyTorch's all).
+_loop_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def _loop_lock() -> asyncio.Lock:
+def _loop_slot() -> asyncio.Semaphore:
     loop = asyncio.get_running_loop()
-    lock = _loop_locks.get(loop)
-    if lock is None:
-        lock = _loop_locks[loop] = asyncio.Lock()
-    return lock
+    slots = _loop_slots.get(loop)
+    if slots is None:
+        slots = _loop_slots[loop] = asyncio.Semaphore(_cpu_budget())
+    return slots
 
 
 def _model_location(model: str | None) -> str:
@@ -221,14 +222,14 @@ def _graph_path(loaded: _LoadedModel, directory: Path, *, kind: ExportKind) -> P
 
 def _graph_session(path: Path, threads: int) -> GraphSession:
     """The session of the graph at ``path`` (OpenVINO's IR or ONNX), one per process and
-    thread count."""
+    thread count, for up to ``threads`` inferences at once."""
     with _models_lock:
         session = _sessions.get((path, threads))
         if session is None:
             opened: GraphSession = (
-                OpenVinoSession(path, threads)
+                OpenVinoSession(path, parallel=threads)
                 if path.suffix == ".xml"
-                else OnnxSession(path, threads)
+                else OnnxSession(path)
             )
             session = _sessions[(path, threads)] = opened
         return session
@@ -326,7 +327,8 @@ class LocalEmbedder:
     ``backend`` runs it with PyTorch (``torch``), ONNX Runtime (``onnx``; ``onnx-int8``
     with quantized matrix products, a vector space of its own, so a name of its own) or
     OpenVINO with static int8 (``openvino-int8``, also a space and a name of its own), on
-    ``threads`` CPU threads (default: the CPUs this process may use). Texts are tokenized
+    ``threads`` CPU threads (default: the CPUs this process may use): PyTorch runs one batch
+    on all of them, a graph up to ``threads`` batches at once, one thread each. Texts are tokenized
     once; the calls made at once on one event loop share batches (``batching``), each of
     texts of about one length (little padding); every call gets its rows back in order. A
     text longer than the model reads is an error, never cut silently.
@@ -450,7 +452,8 @@ class LocalEmbedder:
                 _token_count,
                 batch_size=self.batch_size,
                 dimensions=self.dimensions,
-                exclusive=_loop_lock,
+                exclusive=_loop_slot,
+                parallel=1 if self._session is None else self.threads,
             )
         return batcher
 
@@ -474,13 +477,13 @@ class LocalEmbedder:
             "attention_mask": _padded([e.attention_mask for e in encodings], width),
             "token_type_ids": _padded([e.type_ids for e in encodings], width),
         }
-        with _inference_lock:
-            try:
-                if self._session is not None:
-                    return self._infer_graph(self._session, inputs)
+        try:
+            if self._session is not None:
+                return self._infer_graph(self._session, inputs)
+            with _torch_lock:
                 return self._infer_torch(inputs)
-            except (RuntimeError, ValueError) as err:
-                raise EmbeddingError(f"{self.name} failed: {err}", transient=False) from err
+        except (RuntimeError, ValueError) as err:
+            raise EmbeddingError(f"{self.name} failed: {err}", transient=False) from err
 
     def _infer_graph(self, session: GraphSession, inputs: dict[str, IntArray]) -> Vectors:
         feed = {name: array for name, array in inputs.items() if name in session.input_names}

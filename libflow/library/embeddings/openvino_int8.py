@@ -13,6 +13,7 @@ same export child, so no API process or worker ever loads PyTorch or NNCF.
 from __future__ import annotations
 
 import os
+import queue
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,7 +80,9 @@ def exported(target: Path) -> bool:
 
 
 class OpenVinoSession:
-    """The compiled IR on the CPU, ``threads`` threads, one inference at a time.
+    """The compiled IR on the CPU: up to ``parallel`` inferences at once, one thread each
+    (OpenVINO's streams; ingest did 5-14% more documents a second than with one inference
+    on both threads of a 2-core machine).
 
     OpenVINO compiles kernels for each input shape it meets and keeps them: its own cache
     of up to 5,000 shapes and oneDNN's of 1,024 primitives. Batches of passages come in
@@ -90,7 +93,7 @@ class OpenVinoSession:
     with no cache against 142 with every shape cached).
     """
 
-    def __init__(self, path: Path, threads: int, width_step: int = WIDTH_STEP) -> None:
+    def __init__(self, path: Path, parallel: int, width_step: int = WIDTH_STEP) -> None:
         # oneDNN reads its bound when it starts; an operator's own setting is kept.
         os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(PRIMITIVE_CACHE))
         import openvino
@@ -99,7 +102,8 @@ class OpenVinoSession:
             str(path),
             "CPU",
             {
-                "INFERENCE_NUM_THREADS": threads,
+                "INFERENCE_NUM_THREADS": parallel,
+                "NUM_STREAMS": parallel,
                 # f32 where it is not int8, whatever the CPU: bf16 would give another
                 # machine other vectors.
                 "INFERENCE_PRECISION_HINT": "f32",
@@ -107,7 +111,11 @@ class OpenVinoSession:
             },
         )
         self._width_step = width_step
-        self._request = compiled.create_infer_request()
+        # A request per stream: an inference takes a free one (a caller beyond ``parallel``
+        # waits for one).
+        self._requests: queue.SimpleQueue[openvino.InferRequest] = queue.SimpleQueue()
+        for _ in range(parallel):
+            self._requests.put(compiled.create_infer_request())
         self._output = compiled.output(OUTPUT)
         self.input_names = frozenset(name for i in compiled.inputs for name in i.get_names())
 
@@ -118,5 +126,9 @@ class OpenVinoSession:
         if padding:
             # Zeros: the padding token, masked out of attention (and of the pooling after).
             feed = {name: np.pad(array, ((0, 0), (0, padding))) for name, array in feed.items()}
-        result = self._request.infer(feed)
-        return np.array(result[self._output][:, :width])
+        request = self._requests.get()
+        try:
+            result = request.infer(feed)
+            return np.array(result[self._output][:, :width])
+        finally:
+            self._requests.put(request)
