@@ -251,6 +251,17 @@ async def test_small_plain_text_is_prepared_without_a_child_and_larger_text_with
     assert [hit["fileId"] for hit in await search(api, "cobalt marmot guild")][:1] == [large["id"]]
 
 
+async def test_a_file_that_fails_to_prepare_keeps_what_its_download_found(api: Api) -> None:
+    data = b"PK\x03\x04 the start of a zip and nothing after it"
+    record = await api.upload(data, name="broken.docx", file_type="docx")
+    failed = await wait_until_processed(api, record["id"])
+    assert failed["processing"]["status"] == "failed", failed
+    assert failed["sha256"] == hashlib.sha256(data).hexdigest()
+    steps = failed["processing"]["steps"]
+    assert steps["started"] <= steps["downloaded"] <= steps["finished"]
+    assert "extracted" not in steps
+
+
 # --- preventSearch and re-processing -----------------------------------------------------------
 
 

@@ -78,16 +78,22 @@ async def lane_of_file(file_id: str) -> Lane:
     return Lane.FILES
 
 
+def _stamp(file: LibraryFile, *steps: str) -> None:
+    """Time the named steps now; the next ``_save`` writes them (a step a few milliseconds
+    before the next is not worth a write of its own)."""
+    now = iso(utcnow()) or ""
+    file.steps = {**file.steps, **dict.fromkeys(steps, now)}
+
+
 async def _save(file: LibraryFile, *fields: str, **steps: bool) -> None:
     """Record progress (fields, a timestamp per named step), fenced by the file's lease.
 
     Only the job whose claim set ``attempts`` may write: _LeaseLost once another job has
-    claimed the file (or it was deleted).
+    claimed the file (or it was deleted). The steps stamped since the last save go too.
     """
     if steps:
-        now = iso(utcnow()) or ""
-        file.steps = {**file.steps, **dict.fromkeys(steps, now)}
-        fields = (*fields, "steps")
+        _stamp(file, *steps)
+    fields = (*fields, "steps")
     file.updated_at = utcnow()
     changes = {name: getattr(file, name) for name in (*fields, "updated_at")}
     if not await LibraryFile.filter(id=file.id, attempts=file.attempts).update(**changes):
@@ -256,7 +262,8 @@ async def _run_pipeline(file: LibraryFile, storage: Storage, embedder: Embedder 
             file.sha256, file.size = await _download(storage, file.storage_key, local)
         except FileNotFoundError as err:
             raise _Failed("the stored object is gone") from err
-        await _save(file, "sha256", "size", downloaded=True)
+        # Written with the next step: the download of a short file takes milliseconds.
+        _stamp(file, "downloaded")
         try:
             prepared = await prepare(
                 local,
@@ -278,13 +285,13 @@ async def _run_pipeline(file: LibraryFile, storage: Storage, embedder: Embedder 
     file.chunks = len(prepared.chunks) if searchable else None
     file.ocr_pages = prepared.ocr_pages
     file.warning = NO_TEXT if document and not prepared.text.strip() else None
-    await _save(file, "pages", "chunks", "ocr_pages", "warning", extracted=True)
+    await _save(file, "sha256", "size", "pages", "chunks", "ocr_pages", "warning", extracted=True)
 
     if searchable:
         vectors = None
         if embedder is not None and prepared.chunks:
             vectors = await embedder.embed([chunk.text for chunk in prepared.chunks])
-            await _save(file, embedded=True)
+            _stamp(file, "embedded")  # written with "indexed", a few milliseconds later
         await write_file_index(
             file, prepared.chunks, vectors, embedder.name if embedder is not None else None
         )
@@ -324,7 +331,19 @@ async def _finish(file: LibraryFile, *, error: str | None) -> None:
     file.status = ProcessingStatus.FAILED if error else ProcessingStatus.DONE
     file.error = error
     file.updating = False
-    await _save(file, "status", "error", "updating", "indexed", "chunks", "warning", finished=True)
+    await _save(
+        file,
+        "status",
+        "error",
+        "updating",
+        "indexed",
+        "chunks",
+        "warning",
+        # What the download found, when preparing the file failed before its save.
+        "sha256",
+        "size",
+        finished=True,
+    )
 
 
 def _interrupted(attempts: int) -> str:
