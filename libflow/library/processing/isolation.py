@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import dataclasses
 import json
 import math
 import os
@@ -46,7 +45,7 @@ from libflow.library.processing.budgets import (
 )
 from libflow.library.processing.chunking import Chunk
 from libflow.library.processing.extracted import ExtractionError
-from libflow.library.processing.prepare import Prepared, prepare_file, storable_text
+from libflow.library.processing.prepare import Prepared, prepare_file, storable
 from libflow.library.processing.thumbnails import ThumbnailError
 
 # How long the server may take to start (it imports the parsing libraries), and a child to
@@ -176,12 +175,7 @@ async def prepare(
 
 def _prepare_here(path: Path, file_type: str, chunk: bool, sizing: PassageSizing) -> Prepared:
     """``prepare_file`` in this process, its text as a child's answer would bring it back."""
-    prepared = prepare_file(path, file_type, chunk=chunk, sizing=sizing)
-    return dataclasses.replace(
-        prepared,
-        text=storable_text(prepared.text),
-        chunks=[dataclasses.replace(c, text=storable_text(c.text)) for c in prepared.chunks],
-    )
+    return storable(prepare_file(path, file_type, chunk=chunk, sizing=sizing))
 
 
 async def prepare_in_child(

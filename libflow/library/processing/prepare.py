@@ -6,7 +6,7 @@ file's memory and time budgets.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from libflow.library.embeddings.interface import ESTIMATED_SIZING, PassageSizing
@@ -53,7 +53,16 @@ def prepare_file(
     return Prepared(text=text, chunks=chunks, pages=pages, thumbnail=thumbnail, ocr_pages=ocr_pages)
 
 
-def storable_text(text: str) -> str:
+def storable(prepared: Prepared) -> Prepared:
+    """``prepared`` with its text and passages as UTF-8 can store them."""
+    return replace(
+        prepared,
+        text=_storable_text(prepared.text),
+        chunks=[replace(chunk, text=_storable_text(chunk.text)) for chunk in prepared.chunks],
+    )
+
+
+def _storable_text(text: str) -> str:
     """``text`` as UTF-8 can store it: a lone surrogate (a pdf's broken font map) becomes ?."""
     try:
         text.encode("utf-8")

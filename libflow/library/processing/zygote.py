@@ -43,7 +43,7 @@ from libflow.library.processing import chunking
 from libflow.library.processing.budgets import BudgetExceeded
 from libflow.library.processing.extracted import ExtractionError
 from libflow.library.processing.ocr import ocr_engine
-from libflow.library.processing.prepare import prepare_file, storable_text
+from libflow.library.processing.prepare import prepare_file, storable
 from libflow.library.processing.thumbnails import ThumbnailError
 
 RESULT = "result.json"
@@ -109,21 +109,22 @@ def prepare_and_answer(request: dict[str, Any]) -> None:
     out = Path(request["out_dir"])
     answer: dict[str, Any]
     try:
-        prepared = prepare_file(
-            Path(request["source"]),
-            str(request["file_type"]),
-            chunk=bool(request["chunk"]),
-            sizing=_sizing(request),
+        prepared = storable(
+            prepare_file(
+                Path(request["source"]),
+                str(request["file_type"]),
+                chunk=bool(request["chunk"]),
+                sizing=_sizing(request),
+            )
         )
-        (out / TEXT).write_text(storable_text(prepared.text), encoding="utf-8")
+        (out / TEXT).write_text(prepared.text, encoding="utf-8")
         if prepared.thumbnail is not None:
             (out / THUMBNAIL).write_bytes(prepared.thumbnail)
         answer = {
             "pages": prepared.pages,
             "ocr_pages": prepared.ocr_pages,
             "chunks": [
-                [storable_text(chunk.text), chunk.page, chunk.page_name, chunk.tokens]
-                for chunk in prepared.chunks
+                [chunk.text, chunk.page, chunk.page_name, chunk.tokens] for chunk in prepared.chunks
             ],
             "thumbnail": prepared.thumbnail is not None,
         }
