@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import numpy as np
@@ -63,13 +63,20 @@ class Model:
         yield
 
 
-def batcher(model: Model, batch_size: int = 16) -> Batcher[int]:
+def batcher(
+    model: Model,
+    batch_size: int = 16,
+    *,
+    parallel: int = 1,
+    infer: Callable[[list[int]], Vectors] | None = None,
+) -> Batcher[int]:
     return Batcher(
-        model.infer,
+        infer or model.infer,
         lambda item: item,
         batch_size=batch_size,
         dimensions=DIMENSIONS,
         exclusive=model.exclusive,
+        parallel=parallel,
     )
 
 
@@ -151,14 +158,7 @@ async def test_a_batcher_of_two_runs_two_batches_at_once() -> None:
         both.wait()
         return model.infer(items)
 
-    shared = Batcher(
-        infer,
-        lambda item: item,
-        batch_size=2,
-        dimensions=DIMENSIONS,
-        exclusive=model.exclusive,
-        parallel=2,
-    )
+    shared = batcher(model, batch_size=2, parallel=2, infer=infer)
     first, second = await asyncio.gather(shared.embed([200, 200]), shared.embed([20, 20]))
     assert first[:, 0].tolist() == [200, 200] and second[:, 0].tolist() == [20, 20]
     assert sorted(map(sorted, model.batches)) == [[20, 20], [200, 200]]
@@ -167,14 +167,7 @@ async def test_a_batcher_of_two_runs_two_batches_at_once() -> None:
 async def test_one_call_split_across_batches_at_once_gets_its_rows_in_order() -> None:
     model = Model()
     model.release.set()
-    shared = Batcher(
-        model.infer,
-        lambda item: item,
-        batch_size=2,
-        dimensions=DIMENSIONS,
-        exclusive=model.exclusive,
-        parallel=3,
-    )
+    shared = batcher(model, batch_size=2, parallel=3)
     items = [(7 * i) % 23 + 1 for i in range(20)]
     assert (await shared.embed(items))[:, 0].tolist() == items
     assert sorted(row for batch in model.batches for row in batch) == sorted(items)
@@ -183,14 +176,7 @@ async def test_one_call_split_across_batches_at_once_gets_its_rows_in_order() ->
 async def test_a_failed_batch_fails_its_call_while_another_batch_of_it_runs() -> None:
     model = Model(fail_on=256)
     model.release.set()
-    shared = Batcher(
-        model.infer,
-        lambda item: item,
-        batch_size=1,
-        dimensions=DIMENSIONS,
-        exclusive=model.exclusive,
-        parallel=2,
-    )
+    shared = batcher(model, batch_size=1, parallel=2)
     with pytest.raises(EmbeddingError):
         await shared.embed([256, 30, 40])
     assert (await shared.embed([30]))[:, 0].tolist() == [30]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import time
 from collections.abc import AsyncIterator, Callable
@@ -259,6 +260,20 @@ async def test_text_over_the_passage_budget_fails(api: Api) -> None:
         failed = await process(api, text, "cjk.txt")
 
     await assert_failed_cleanly(api, failed, f"more than {MAX_CHUNKS:,} passages")
+
+
+async def test_small_text_of_random_bytes_is_prepared_in_process_and_the_server_stays_well(
+    api: Api,
+) -> None:
+    # The costliest input the in-process path takes (charset detection of noise, at the size
+    # limit): prepared on a thread of the server, which keeps answering.
+    noise = random.Random(7).randbytes(isolation.IN_PROCESS_BYTES)
+
+    async with healthz_stays_responsive(api.client):
+        record = await process(api, noise, "noise.txt")
+
+    assert record["processing"]["status"] == "done", record
+    assert record["processing"]["error"] is None
 
 
 async def test_a_parse_over_the_memory_budget_ends_only_its_child(
