@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -29,6 +30,7 @@ from libflow.engine.run_budget import (
     MAX_RUN_OUTPUTS_BYTES,
     MAX_RUN_RECORD_BYTES,
 )
+from libflow.ids import epoch_iso, iso
 
 
 class Library:
@@ -125,6 +127,17 @@ async def test_the_design_example(services: NodeServices) -> None:
     assert all(timing.status == "succeeded" for timing in result.timings.values())
     timing = result.timings_json()["greet"]
     assert timing["status"] == "succeeded" and timing["startedDate"].endswith("Z")
+
+
+@pytest.mark.parametrize(
+    "seconds",
+    # Whole seconds, the rounding edges of a millisecond and of a microsecond, a leap day.
+    [0.0, 1_700_000_000.0, 1_700_000_000.0009995, 1_700_000_000.9999996, 1_709_164_799.123456],
+)
+def test_node_timings_are_written_as_every_other_date(seconds: float) -> None:
+    # Timings are kept as time.time() readings and written without a datetime: the text
+    # must be what iso() writes of the same moment.
+    assert epoch_iso(seconds) == iso(datetime.fromtimestamp(seconds, UTC))
 
 
 async def test_input_node_declares_and_passes_on_its_value(services: NodeServices) -> None:
@@ -479,7 +492,7 @@ async def test_independent_branches_run_concurrently(services: NodeServices) -> 
     assert result.outputs == {"first": "set", "both": 2.0}
     assert 1.0 <= elapsed < 1.6
     left, right = result.timings["left"], result.timings["right"]
-    assert abs((left.started_date - right.started_date).total_seconds()) < 0.2
+    assert abs(left.started - right.started) < 0.2
 
 
 async def test_a_failing_node_stops_the_other_branches(services: NodeServices) -> None:
