@@ -14,7 +14,7 @@ from tortoise import fields
 from tortoise.fields.db_defaults import SqlDefault
 from tortoise.models import Model
 
-from libflow.ids import new_id
+from libflow.ids import new_id, new_ordered_id
 from libflow.json_text import dumps
 
 
@@ -247,7 +247,7 @@ class WorkflowRun(Model):
     ``cancel_requested_at`` is how a cancel reaches a process that missed the signal.
     """
 
-    id = fields.CharField(primary_key=True, max_length=32, default=new_id)
+    id = fields.CharField(primary_key=True, max_length=32, default=new_ordered_id)
     workflow: fields.ForeignKeyRelation[Workflow] = fields.ForeignKeyField(
         "models.Workflow", related_name="runs", on_delete=fields.CASCADE
     )
@@ -355,7 +355,7 @@ class WebhookDelivery(Model):
     delivery is acknowledged again and runs once.
     """
 
-    id = fields.CharField(primary_key=True, max_length=32, default=new_id)
+    id = fields.CharField(primary_key=True, max_length=32, default=new_ordered_id)
     webhook: fields.ForeignKeyRelation[Webhook] = fields.ForeignKeyField(
         "models.Webhook", related_name="deliveries", on_delete=fields.CASCADE
     )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 
+from libflow.ids import new_ordered_id, possible_id
 from tests.conftest import Api
 from tests.library_helpers import assert_error
 from tests.workflow_helpers import SPEC_EXAMPLE
@@ -55,3 +57,14 @@ async def test_an_id_no_row_can_have_is_404_not_found(
             json_body = {k: impossible if v == "{id}" else v for k, v in body.items()}
         response = await api.client.request(method, url, headers=api.headers, json=json_body)
         await assert_error(response, 404, "NOT_FOUND")
+
+
+def test_ordered_ids_sort_by_when_they_were_made_and_stay_opaque() -> None:
+    made = []
+    for _ in range(3):
+        made.append(new_ordered_id())
+        time.sleep(0.002)  # a millisecond apart at least: the prefix is milliseconds
+    assert made == sorted(made)
+    assert all(len(i) == 32 and possible_id(i) and i[0].isdigit() for i in made)
+    # 120 random bits after the time: ids made in one millisecond still differ.
+    assert len({new_ordered_id() for _ in range(10_000)}) == 10_000

@@ -13,7 +13,7 @@ from libflow.api.responses import json_response
 from libflow.api.runs import finished_record
 from libflow.api.sse import stream_events, wants_events
 from libflow.engine import NodeServices
-from libflow.ids import iso, new_id
+from libflow.ids import iso, new_ordered_id
 from libflow.models import Workflow, WorkflowVersion
 from libflow.workflows import runs, versions
 from libflow.workflows.run_watch import watch_run
@@ -132,7 +132,7 @@ async def _run_streamed(
 ) -> web.StreamResponse:
     """runsync with events: the run goes on in a task of its own, the answer follows it."""
     control = request.app[appkeys.RESOURCES].runs
-    run_id = new_id()
+    run_id = new_ordered_id()
     recorded = asyncio.Event()
     task = control.start(
         runs.run_version(

@@ -21,7 +21,7 @@ from libflow.db.new_rows import new_instance
 from libflow.engine import InvalidInputs, NodeServices, RunError, RunResult, UnknownEvent
 from libflow.engine import WorkflowRun as EngineRun
 from libflow.errors import LibflowError
-from libflow.ids import new_id, utcnow
+from libflow.ids import new_ordered_id, utcnow
 from libflow.logs import log_redactor
 from libflow.models import WorkflowRun
 from libflow.workflows.run_events import RUN_FINISHED, RUN_STARTED, RunEventLog
@@ -43,7 +43,7 @@ def new_record(target: RunTarget, run_id: str | None, **fields: Any) -> Workflow
     fields.setdefault("started_at", utcnow())
     return new_instance(
         WorkflowRun,
-        id=run_id or new_id(),
+        id=run_id or new_ordered_id(),
         workflow_id=target.workflow_id,
         project_id=target.project_id,
         version=target.version,
@@ -83,7 +83,7 @@ async def run_version(
         run_id = claimed.id
     secrets = services.secrets
     log = RunEventLog(
-        run_id or new_id(),
+        run_id or new_ordered_id(),
         first_id=2 if claimed is not None else 1,
         redact=None if secrets is None else secrets.redact,
     )
