@@ -14,8 +14,10 @@ baseline.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import sqlite3
 import sys
 import tempfile
 from pathlib import Path
@@ -29,6 +31,7 @@ from bench._common import (
     PYTHON,
     BenchError,
     Report,
+    Result,
     create_project,
     floor_server,
     free_port,
@@ -45,6 +48,7 @@ from bench.get_file import (
     THREADS,
     WARMUP_SECONDS,
     WRK_CPU,
+    WrkRun,
     floor_row,
     wrk,
     wrk_comparison,
@@ -134,6 +138,34 @@ def _runs_recorded(base: str, project: str, key: str, workflow_id: str) -> int:
     return len(runs)
 
 
+def _copy_database(source: Path, target: Path) -> None:
+    """A consistent copy of a live SQLite database (its WAL included)."""
+    with (
+        contextlib.closing(sqlite3.connect(source)) as src,
+        contextlib.closing(sqlite3.connect(target)) as dst,
+    ):
+        src.backup(dst)
+
+
+def _rows(database: Path) -> int:
+    """How many run rows ``database`` holds."""
+    with contextlib.closing(sqlite3.connect(database)) as db:
+        count: int = db.execute("SELECT count(*) FROM workflow_runs").fetchone()[0]
+    return count
+
+
+def recorded_row(name: str, recorded: WrkRun, bare: WrkRun) -> Result:
+    """The bare handler that records each run durably, beside the bare handler."""
+    return Result(
+        name,
+        "ceiling: bare aiohttp + the run's row",
+        recorded.requests_per_second,
+        "req/s",
+        baseline=bare.requests_per_second,
+        baseline_label="bare aiohttp",
+    )
+
+
 def run() -> Report:
     """Warm the servers up, then measure the bare baseline, the floor and libflow back to back."""
     work = Path(tempfile.mkdtemp(prefix="libflow-bench-runsync-"))
@@ -143,7 +175,7 @@ def run() -> Report:
         floor_env = libflow_env(floor_dir)
         project, key = create_project(env)
         floor_project, floor_key = create_project(floor_env)
-        port, baseline_port, floor_port = free_port(), free_port(), free_port()
+        port, baseline_port, floor_port, recorded_port = (free_port() for _ in range(4))
         body = json.dumps(BODY).encode()
         script = lua_script(work / "runsync.lua", body)
         with libflow_server(port, data_dir, env, cpu=SERVER_CPU):
@@ -162,6 +194,13 @@ def run() -> Report:
             floor_url = f"http://127.0.0.1:{floor_port}" + FLOOR_RUNSYNC_ROUTE.format(
                 projectId=floor_project, workflowId=workflow_id
             )
+            # libflow's database as it stands (its tables, this project and workflow): the
+            # recorded baseline writes its run rows into a copy of it.
+            recorded_db = work / "recorded.sqlite3"
+            _copy_database(data_dir / "libflow.sqlite3", recorded_db)
+            recorded_url = f"http://127.0.0.1:{recorded_port}" + ROUTE.format(
+                projectId=project, workflowId=workflow_id
+            )
             with (
                 server(
                     [PYTHON, "-m", "bench.runsync", "serve-baseline", "--port", str(baseline_port)],
@@ -171,34 +210,56 @@ def run() -> Report:
                     cpu=SERVER_CPU,
                 ),
                 floor_server(floor_port, floor_env, work / "floor.log", SERVER_CPU),
+                server(
+                    [
+                        *(PYTHON, "-m", "bench._recorded_baseline"),
+                        *("--port", str(recorded_port), "--database", str(recorded_db)),
+                    ],
+                    port=recorded_port,
+                    env=env,
+                    log_path=work / "recorded.log",
+                    cpu=SERVER_CPU,
+                ),
             ):
-                targets = [(baseline_url, None), (floor_url, floor_key), (url, key)]
+                targets = [
+                    (baseline_url, None),
+                    (recorded_url, None),
+                    (floor_url, floor_key),
+                    (url, key),
+                ]
                 for target, api_key in targets:
                     _check_answer(target, api_key)
                     headers = {"Authorization": api_key} if api_key else None
                     wrk(target, WARMUP_SECONDS, headers, script)
-                bare, floor, libflow = (
+                bare, recorded_bare, floor, libflow = (
                     wrk(target, DURATION_SECONDS, {"Authorization": k} if k else None, script)
                     for target, k in targets
                 )
             recorded = _runs_recorded(base, project, key, workflow_id)
             if recorded == 0:
                 raise BenchError("no run was recorded")
+            if _rows(recorded_db) < recorded_bare.requests:
+                raise BenchError("the recorded baseline answered runs it did not record")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
     rows = wrk_comparison(NAME, "runsync 3-node", libflow, bare, RATIO_GOAL)
     rows.insert(1, floor_row(NAME, "no run", floor, bare))
+    rows.insert(2, recorded_row(NAME, recorded_bare, bare))
     notes = [
         f"runsync: wrk -t{THREADS} -c{CONNECTIONS} -d{DURATION_SECONDS}s --latency -s (POST "
         f"{len(body)}-byte JSON body) on CPU {WRK_CPU} after a {WARMUP_SECONDS}s warm-up each; "
         f"all servers on CPU {SERVER_CPU}; {bare.requests} / {floor.requests} / "
-        f"{libflow.requests} requests (bare / floor / libflow)",
+        f"{libflow.requests} requests (bare / floor / libflow); {recorded_bare.requests} "
+        "(the recorded bare handler)",
         "runsync: workflow event -> input -> template -> set_output, each run recorded "
         f"in SQLite before the answer; LIBFLOW_LOG_LEVEL={LOG_LEVEL}, "
         "LIBFLOW_API_KEY_CACHE_SECONDS default (5); the baseline parses the body and answers "
         "the same JSON without middleware or database; the floor is libflow's app (middlewares, "
-        "key check, rate limit, body model) around a handler that only answers that JSON",
+        "key check, rate limit, body model) around a handler that only answers that JSON; "
+        "the recorded bare handler (bench._recorded_baseline) is the bare handler plus the "
+        "run's row committed durably (group commit, WAL, synchronous=FULL) into a copy of "
+        "libflow's database before the answer: the ceiling of any runsync recording every run",
     ]
     return Report(rows, notes)
 
