@@ -26,9 +26,8 @@ from libflow.api import (
     webhooks,
     workflows,
 )
-from libflow.api.auth import api_key_middleware
-from libflow.api.errors import error_middleware, serve_json_errors
-from libflow.api.observing import observing_middleware
+from libflow.api.errors import serve_json_errors
+from libflow.api.middleware import api_middleware
 from libflow.api.routing import RouteTree
 from libflow.jobs import InProcessJobQueue
 from libflow.library.processing.isolation import ChildCrashed, start_preparation_server
@@ -120,11 +119,7 @@ def create_app(settings: Settings) -> web.Application:
     registry = CollectorRegistry()
     metrics = HttpMetrics(registry)
     app = web.Application(
-        middlewares=[
-            observing_middleware(metrics),
-            error_middleware,
-            api_key_middleware,
-        ],
+        middlewares=[api_middleware(metrics)],
         client_max_size=1024 * 1024,
     )
     serve_json_errors(app)  # aiohttp's own errors (its HTTP parser's) are JSON too

@@ -1,8 +1,6 @@
-"""The API-key middleware of ``/api/publicv1``."""
+"""The API key of ``/api/publicv1`` requests: who calls, in which project, within its limit."""
 
 from __future__ import annotations
-
-from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -40,16 +38,15 @@ def could_be_api_key(secret: str) -> bool:
     return secret.isascii() and secret.isprintable()
 
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+def needs_api_key(path: str) -> bool:
+    """Whether a request to ``path`` must carry an API key: every ``/api/publicv1`` path
+    but the public documents."""
+    return (path == API_PREFIX or path.startswith(API_PREFIX + "/")) and path not in PUBLIC_PATHS
 
 
-@web.middleware
-async def api_key_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Authenticate every ``/api/publicv1`` request, keep keys inside their project and
-    within their rate limit."""
-    path = request.path
-    if not (path == API_PREFIX or path.startswith(API_PREFIX + "/")) or path in PUBLIC_PATHS:
-        return await handler(request)
+async def authorize(request: web.Request) -> None:
+    """Authenticate the request's key, keep it inside its project and within its rate
+    limit (Unauthorized, Forbidden, RateLimited); the caller is ``request[CALLER]``."""
     secret = api_key_from_header(request.headers.get("Authorization", ""))
     if secret is None:
         raise Unauthorized("missing API key: send it in the Authorization header")
@@ -65,4 +62,3 @@ async def api_key_middleware(request: web.Request, handler: Handler) -> web.Stre
     if wait > 0:
         raise RateLimited(wait)
     request[CALLER] = caller
-    return await handler(request)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -55,32 +54,29 @@ def error_response(
     return response
 
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+def render_error(request: web.Request, err: Exception) -> web.StreamResponse:
+    """The JSON error answer of a domain error, an aiohttp HTTP error or a crash.
 
-
-@web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Render domain errors, aiohttp's HTTP errors and crashes as JSON error bodies."""
-    try:
-        return await handler(request)
-    except RateLimited as err:
+    An HTTP exception below 400 (a redirect) is not an error: it is raised again.
+    """
+    if isinstance(err, RateLimited):
         response = error_response(err.code, err.message, status=err.status)
         response.headers["Retry-After"] = str(err.retry_after)
         return response
-    except LibflowError as err:
+    if isinstance(err, LibflowError):
         response = error_response(err.code, err.message, details=err.details, status=err.status)
         if isinstance(err.__cause__, web.RequestPayloadError):  # parse_body's INVALID_JSON
             response.force_close()  # see below
         return response
-    except web.HTTPException as err:
+    if isinstance(err, web.HTTPException):
         if err.status < 400:
-            raise
+            raise err
         code, message = _code_for_status(err.status)
         response = error_response(code, message or err.reason, status=err.status)
         if err.status == 405 and "Allow" in err.headers:
             response.headers["Allow"] = err.headers["Allow"]
         return response
-    except web.RequestPayloadError as err:
+    if isinstance(err, web.RequestPayloadError):
         # Routes that take JSON say INVALID_JSON themselves (parse_body); this is the rest.
         message = f"the request body cannot be read: {unreadable_body(err)}"
         response = error_response("VALIDATION_ERROR", message)
@@ -88,13 +84,12 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         # answer, and says so, so that a client does not send its next request on it.
         response.force_close()
         return response
-    except Exception as err:
-        if dependency_down(err):
-            # The database or another dependency went away: the caller may retry.
-            logger.warning("dependency unavailable on %s %s: %r", request.method, request.path, err)
-            return error_response("UNAVAILABLE", "a dependency is unavailable, retry later")
-        logger.exception("unhandled error on %s %s", request.method, request.path)
-        return error_response("INTERNAL", "internal server error")
+    if dependency_down(err):
+        # The database or another dependency went away: the caller may retry.
+        logger.warning("dependency unavailable on %s %s: %r", request.method, request.path, err)
+        return error_response("UNAVAILABLE", "a dependency is unavailable, retry later")
+    logger.error("unhandled error on %s %s", request.method, request.path, exc_info=err)
+    return error_response("INTERNAL", "internal server error")
 
 
 def unreadable_body(err: web.RequestPayloadError) -> str:

@@ -1,0 +1,51 @@
+"""The application's one middleware: every request observed, its API key checked and its
+errors rendered.
+
+One coroutine for the three rather than a layer of middleware each: aiohttp runs every
+layer as a coroutine of its own, on every request. The order is the layers' order was:
+the observation wraps everything (an error's answer carries the request id and is
+counted with its status); the key is checked inside the error handling (its refusals
+are error answers).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from libflow.api.auth import authorize, needs_api_key
+from libflow.api.errors import render_error
+from libflow.api.observing import observed, request_id
+from libflow.logs import request_id_var
+from libflow.metrics import HttpMetrics
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def api_middleware(metrics: HttpMetrics) -> Middleware:
+    """The middleware of ``create_app``."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        this_request = request_id(request)
+        token = request_id_var.set(this_request)
+        started = time.perf_counter()
+        status = 500
+        try:
+            try:
+                if needs_api_key(request.path):
+                    await authorize(request)
+                response = await handler(request)
+            except Exception as err:
+                response = render_error(request, err)
+            status = response.status
+            response.headers["X-Request-Id"] = this_request
+            return response
+        finally:
+            observed(metrics, request, status, time.perf_counter() - started)
+            request_id_var.reset(token)
+
+    return middleware
