@@ -59,11 +59,14 @@ async def test_an_id_no_row_can_have_is_404_not_found(
         await assert_error(response, 404, "NOT_FOUND")
 
 
-def test_ordered_ids_sort_by_when_they_were_made_and_stay_opaque() -> None:
-    made = []
-    for _ in range(3):
-        made.append(new_ordered_id())
-        time.sleep(0.002)  # a millisecond apart at least: the prefix is milliseconds
+def test_ordered_ids_sort_by_when_they_were_made_and_stay_opaque(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Milliseconds across a hex digit's carry (...fff -> ...000), without waiting for them.
+    clock = iter([0x19_0000_0FFE, 0x19_0000_0FFF, 0x19_0000_1000])
+    monkeypatch.setattr(time, "time_ns", lambda: next(clock) * 1_000_000)
+    made = [new_ordered_id() for _ in range(3)]
+    monkeypatch.undo()
     assert made == sorted(made)
     assert all(len(i) == 32 and possible_id(i) and i[0].isdigit() for i in made)
     # 120 random bits after the time: ids made in one millisecond still differ.

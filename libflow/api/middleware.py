@@ -2,7 +2,7 @@
 errors rendered.
 
 One coroutine for the three rather than a layer of middleware each: aiohttp runs every
-layer as a coroutine of its own, on every request. The order is the layers' order was:
+layer as a coroutine of its own, on every request. The order is the one the layers had:
 the observation wraps everything (an error's answer carries the request id and is
 counted with its status); the key is checked inside the error handling (its refusals
 are error answers).
@@ -18,7 +18,7 @@ from aiohttp.typedefs import Middleware
 
 from libflow.api.auth import authorize, needs_api_key
 from libflow.api.errors import render_error
-from libflow.api.observing import observed, request_id
+from libflow.api.observing import observed, request_id_of
 from libflow.logs import request_id_var
 from libflow.metrics import HttpMetrics
 
@@ -30,8 +30,8 @@ def api_middleware(metrics: HttpMetrics) -> Middleware:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        this_request = request_id(request)
-        token = request_id_var.set(this_request)
+        request_id = request_id_of(request)
+        token = request_id_var.set(request_id)
         started = time.perf_counter()
         status = 500
         try:
@@ -42,7 +42,7 @@ def api_middleware(metrics: HttpMetrics) -> Middleware:
             except Exception as err:
                 response = render_error(request, err)
             status = response.status
-            response.headers["X-Request-Id"] = this_request
+            response.headers["X-Request-Id"] = request_id
             return response
         finally:
             observed(metrics, request, status, time.perf_counter() - started)

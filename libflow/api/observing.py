@@ -14,7 +14,7 @@ from libflow.metrics import HttpMetrics
 _CLIENT_REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
-def request_id(request: web.Request) -> str:
+def request_id_of(request: web.Request) -> str:
     """The client's X-Request-Id when sane, else a new one."""
     supplied = request.headers.get("X-Request-Id", "")
     # 128 random bits in hex, as uuid4().hex gives, at a tenth of its cost.
