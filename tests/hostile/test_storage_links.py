@@ -288,6 +288,9 @@ async def test_a_large_body_sent_to_a_dead_link_is_refused_and_never_kept(api: A
                 assert response.headers["Connection"] == "close"
     assert growth.mib < RSS_BOUND_MIB
     assert await served(api, created["documentId"]) == ORIGINAL
+    # Processing of the first upload writes its text and thumbnail through the same temp
+    # folder: once it is over, any temp file left would be the refused body's.
+    await wait_until_processed(api, created["documentId"])
     assert not any((local_storage(api).root / ".tmp").iterdir())
 
 
