@@ -43,6 +43,23 @@ def possible_id(value: str) -> bool:
     return _POSSIBLE_ID.fullmatch(value) is not None
 
 
+# The largest number an integer column holds on every database (PostgreSQL's INTEGER).
+MAX_STORED_INT = 2**31 - 1
+
+
+def version_number(text: str) -> int | None:
+    """The version ``text`` names ("1", "2", ...), or None when it names none.
+
+    ASCII digits only (``str.isdigit`` also takes "²", which ``int`` refuses), no sign,
+    space or leading zero (``int`` would read " 1", "01" or "1_0"), and a number an
+    integer column holds: a larger one would fail as a query parameter, not find nothing.
+    """
+    if not (text.isascii() and text.isdigit()) or text.startswith("0") or len(text) > 10:
+        return None
+    number = int(text)
+    return number if number <= MAX_STORED_INT else None
+
+
 def utcnow() -> datetime:
     """The current time, timezone-aware in UTC."""
     return datetime.now(UTC)

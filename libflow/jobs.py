@@ -279,7 +279,7 @@ async def wake_job(jobs: JobQueue, job: Job, stays: str) -> bool:
 def window_end(job_id: str) -> float:
     """When the wake-up window a job was queued for ends, plus the margin (0: unknown)."""
     _, _, window = job_id.rpartition(":")
-    if not window.isdigit():
+    if not (window.isascii() and window.isdigit()):
         return 0.0
     return (int(window) + 1) * WAKE_UP_WINDOW_SECONDS + WINDOW_MARGIN_SECONDS
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,11 @@ async def test_passage_listing_errors(api: Api) -> None:
         await assert_error(response, 400, "VALIDATION_ERROR")
     response = await api.call("GET", f"/files/{file_id}/chunks", params={"cursor": "!!nope"})
     await assert_error(response, 400, "VALIDATION_ERROR")
+    # Numbers no column holds: refused, not sent to the database to fail there.
+    for numbers in (f"{2**63}|1", f"1|{2**63}", "-1|1"):
+        cursor = base64.urlsafe_b64encode(numbers.encode()).decode().rstrip("=")
+        response = await api.call("GET", f"/files/{file_id}/chunks", params={"cursor": cursor})
+        await assert_error(response, 400, "VALIDATION_ERROR")
     response = await api.call("GET", "/files/nosuchfile/chunks")
     await assert_error(response, 404, "NOT_FOUND")
 

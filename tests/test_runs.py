@@ -121,9 +121,10 @@ async def test_an_async_run_with_invalid_inputs_is_400(api: Api) -> None:
     assert body["details"] == [{"input": "n", "problem": "must be of type number"}]
 
 
-async def test_an_async_run_of_an_unknown_version_is_404(api: Api) -> None:
+@pytest.mark.parametrize("version", ["9", "99999999999999999999", "\u00b2"])
+async def test_an_async_run_of_an_unknown_version_is_404(api: Api, version: str) -> None:
     created = await create(api, THREE_NODES)
-    response = await call(api, "POST", f"/{created['workflowId']}/runs", json={"version": "9"})
+    response = await call(api, "POST", f"/{created['workflowId']}/runs", json={"version": version})
     await assert_error(response, 404, "NOT_FOUND")
     assert await runs_of(api, created["workflowId"]) == []
 
@@ -222,8 +223,11 @@ async def test_the_workflow_route_pages_too(api: Api) -> None:
         "?trigger=cron",
         "?version=0",
         "?version=one",
+        "?version=%C2%B2",  # "²": a digit to str.isdigit, not to int()
+        "?version=99999999999",  # more than an integer column holds
         "?startedAfter=yesterday",
         "?startedBefore=2026-13-01",
+        "?startedAfter=0001-01-01T00:00%2B01:00",  # no such moment in UTC
         "?cursor=not-a-cursor",
     ],
 )
@@ -385,6 +389,18 @@ async def test_events_of_a_short_runsync_run_end_with_run_finished(api: Api) -> 
     events = await events_of(api, run["runId"])
     assert [e.name for e in events] == ["run.finished"]
     assert events[0].data == run
+
+
+async def test_a_last_event_id_that_is_no_number_replays_from_the_start(api: Api) -> None:
+    created = await create(api, THREE_NODES)
+    queued = await start(api, created["workflowId"])
+    await api.run_jobs()
+    everything = await events_of(api, queued["runId"])
+    headers = {**api.headers, "Last-Event-ID": "\u00b2"}  # a digit to str.isdigit only
+    url = runs_url(api, f"/{queued['runId']}/events")
+    async with api.client.get(url, headers=headers) as response:
+        assert response.status == 200
+        assert [e.id for e in await read_events(response)] == [e.id for e in everything]
 
 
 async def test_events_of_an_unknown_run_are_404(api: Api) -> None:

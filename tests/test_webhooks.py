@@ -13,13 +13,14 @@ from tests.webhook_helpers import (
     create_webhook,
     deliver,
     deliveries_of,
+    echo,
     event_body,
     github_headers,
     standard_headers,
     stripe_headers,
     webhooks_path,
 )
-from tests.workflow_helpers import API, chain, get_run, ok_json, output, runs_of
+from tests.workflow_helpers import API, chain, create, get_run, ok_json, output, runs_of
 
 # Management
 
@@ -35,6 +36,16 @@ async def test_create_returns_the_url_the_secret_and_the_defaults(api: Api) -> N
     assert created["secret"].startswith("whsec_")
     assert created["createdDate"].endswith("Z")
     assert len(created["webhookId"]) >= 24
+
+
+async def test_create_without_a_body_takes_the_defaults(api: Api) -> None:
+    workflow = await create(api, echo("webhook"))
+    response = await api.client.post(
+        f"{API}/projects/{api.project_id}/workflows/{workflow['workflowId']}/webhooks",
+        headers=api.headers,
+    )
+    created = await ok_json(response, 201)
+    assert (created["scheme"], created["event"]) == ("standard", "webhook")
 
 
 async def test_create_with_a_scheme_and_an_event(api: Api) -> None:

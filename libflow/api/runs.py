@@ -14,7 +14,7 @@ from libflow.api.bodies import RunBody, parse_body, query_limit
 from libflow.api.responses import json_response
 from libflow.api.sse import stream_events
 from libflow.errors import ValidationFailed
-from libflow.ids import iso
+from libflow.ids import iso, version_number
 from libflow.models import WorkflowRun
 from libflow.workflows import cancel, run_history, run_queue, versions
 from libflow.workflows.run_events import parse_last_event_id
@@ -128,17 +128,18 @@ def _filter(request: web.Request, workflow_id: str | None) -> RunFilter:
             return None
         try:
             parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
+            # In UTC here: a moment that has no UTC date (year 1 east of Greenwich) would
+            # fail in the database driver's conversion instead.
+            return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+        except (ValueError, OverflowError):
             problems.append({"field": name, "problem": "must be an ISO 8601 date and time"})
             return None
-        return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
     version: int | None = None
     raw_version = query.get("version")
     if raw_version is not None:
-        if raw_version.isdigit() and 0 < len(raw_version) <= 9 and int(raw_version) > 0:
-            version = int(raw_version)
-        else:
+        version = version_number(raw_version)
+        if version is None:
             problems.append({"field": "version", "problem": "must be a version number"})
     runs_filter = RunFilter(
         workflow_id=workflow_id,

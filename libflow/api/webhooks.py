@@ -65,7 +65,7 @@ def _render(request: web.Request, webhook: Webhook, *, with_secret: bool) -> dic
 @routes.post(f"{PROJECT}/workflows/{{workflowId}}/webhooks")
 async def create_webhook(request: web.Request) -> web.Response:
     """Add a webhook trigger to a workflow; the answer holds its secret."""
-    body = await parse_body(request, CreateWebhookBody)
+    body = await parse_body(request, CreateWebhookBody, allow_empty=True)
     webhook = await manage.create_webhook(
         _project(request), request.match_info["workflowId"], scheme=body.scheme, event=body.event
     )

@@ -17,6 +17,7 @@ from libflow.engine.definition import (
 )
 from libflow.engine.expressions import check_syntax, count_tokens, has_expressions
 from libflow.engine.javascript import source_problem
+from libflow.ids import version_number
 
 HTTP_METHODS: Final = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 SEARCH_MODES: Final = ("hybrid", "keyword", "semantic")
@@ -97,7 +98,7 @@ _STRING = ("string",)
 
 def _version(value: Any) -> str | None:
     """A version is named by its number: "1", "2", ..."""
-    return None if value.isdigit() and not value.startswith("0") else "must be a version number"
+    return None if version_number(value) is not None else "must be a version number"
 
 
 NODE_FIELDS: Final[Mapping[str, Mapping[str, FieldSpec]]] = {

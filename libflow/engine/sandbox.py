@@ -302,7 +302,7 @@ def _format_fields_size(fmt: str, args: tuple[Any, ...], kwargs: Mapping[str, An
         if name == "":
             value = args[auto] if auto < len(args) else None
             auto += 1
-        elif name.isdigit():
+        elif name.isdecimal():  # as str.format reads an index ("²" is a key to it)
             value = args[int(name)] if int(name) < len(args) else None
         else:
             value = kwargs.get(name)

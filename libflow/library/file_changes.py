@@ -8,7 +8,7 @@ from typing import Any
 from tortoise.transactions import in_transaction
 
 from libflow.errors import LibflowError, NotFound, NotReady
-from libflow.ids import iso, utcnow
+from libflow.ids import iso, possible_id, utcnow
 from libflow.jobs import Job, JobQueue
 from libflow.library.folders import find_folder
 from libflow.library.search_index import bump_index_version
@@ -31,9 +31,7 @@ async def update_file(
     The index's copies (each chunk's folder and metadata) change in the same transaction,
     so a search after the answer filters on the new values.
     """
-    file = await LibraryFile.get_or_none(id=file_id, project_id=project_id)
-    if file is None:
-        raise NotFound(f"file {file_id!r} not found")
+    file = await _project_file(project_id, file_id)
     changes: dict[str, Any] = {}
     if name is not None:
         changes["name"] = name
@@ -66,9 +64,7 @@ async def reprocess_file(jobs: JobQueue, project_id: str, file_id: str) -> Libra
     A file not finalized is NOT_READY; one already pending or processing is left to the
     job it has (nothing new is queued).
     """
-    file = await LibraryFile.get_or_none(id=file_id, project_id=project_id)
-    if file is None:
-        raise NotFound(f"file {file_id!r} not found")
+    file = await _project_file(project_id, file_id)
     if file.finalized_at is None:
         raise NotReady("the upload of this file is not finalized yet: finalize it first")
     if file.status not in _FINISHED:
@@ -98,3 +94,15 @@ async def reprocess_file(jobs: JobQueue, project_id: str, file_id: str) -> Libra
     if reprocessing is None:
         raise NotFound(f"file {file_id!r} not found")  # deleted meanwhile
     return reprocessing
+
+
+async def _project_file(project_id: str, file_id: str) -> LibraryFile:
+    """The file ``file_id`` of the project; NotFound for any other id, one too long included."""
+    file = (
+        await LibraryFile.get_or_none(id=file_id, project_id=project_id)
+        if possible_id(file_id)
+        else None
+    )
+    if file is None:
+        raise NotFound(f"file {file_id!r} not found")
+    return file

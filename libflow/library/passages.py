@@ -9,7 +9,10 @@ from typing import Any
 from tortoise.expressions import Q
 
 from libflow.errors import NotFound, ValidationFailed
+from libflow.ids import MAX_STORED_INT, possible_id
 from libflow.models import Chunk, LibraryFile
+
+_MAX_CHUNK_ID = 2**63 - 1  # a BIGINT key
 
 
 def _encode(seq: int, chunk_id: int) -> str:
@@ -19,8 +22,10 @@ def _encode(seq: int, chunk_id: int) -> str:
 def _decode(cursor: str) -> tuple[int, int]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        seq, chunk_id = raw.split("|", 1)
-        return int(seq), int(chunk_id)
+        seq, chunk_id = (int(part) for part in raw.split("|", 1))
+        if not (0 <= seq <= MAX_STORED_INT and 0 <= chunk_id <= _MAX_CHUNK_ID):
+            raise ValueError("out of the columns' range")  # would fail as a query parameter
+        return seq, chunk_id
     except (ValueError, binascii.Error, UnicodeDecodeError) as err:
         raise ValidationFailed(
             "cursor is not one this API returned",
@@ -35,7 +40,7 @@ async def list_passages(
 
     A file with nothing indexed (not processed yet, preventSearch, an image) has none.
     """
-    if not await LibraryFile.exists(id=file_id, project_id=project_id):
+    if not possible_id(file_id) or not await LibraryFile.exists(id=file_id, project_id=project_id):
         raise NotFound(f"file {file_id!r} not found")
     query = Chunk.filter(file_id=file_id)
     if cursor:

@@ -137,7 +137,8 @@ def parse_last_event_id(value: str | None) -> int:
     if value is None:
         return 0
     value = value.strip()
-    return int(value) if value.isdigit() and len(value) <= 12 else 0
+    # isascii: str.isdigit also takes "²", which int() refuses.
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 12 else 0
 
 
 @dataclass(slots=True)

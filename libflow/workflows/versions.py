@@ -13,7 +13,7 @@ from tortoise.transactions import in_transaction
 from libflow.db.fast_reads import FastReads
 from libflow.engine import InvalidWorkflow, WorkflowDefinition, parse_definition_off_loop
 from libflow.errors import NotFound
-from libflow.ids import possible_id
+from libflow.ids import possible_id, version_number
 from libflow.models import Workflow, WorkflowVersion
 
 # Node types that run another workflow of the project.
@@ -120,9 +120,8 @@ _PARSED_KEPT = 256
 
 def _version_number(version: str) -> int:
     """The number a version string names, or -1 (no version has it)."""
-    if version.isascii() and version.isdigit() and str(int(version)) == version:
-        return int(version)
-    return -1  # int() would also read " 1", "01" or "1_0": none of them names a version
+    number = version_number(version)
+    return -1 if number is None else number
 
 
 async def _parse_once(key: tuple[str, int], definition: dict[str, Any]) -> WorkflowDefinition:

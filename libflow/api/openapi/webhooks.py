@@ -198,7 +198,7 @@ def webhook_operations() -> dict[str, dict[str, Any]]:
             "post": {
                 "summary": "Add a webhook trigger to a workflow (the answer holds its secret)",
                 "parameters": workflow,
-                "requestBody": body(CreateWebhookBody),
+                "requestBody": body(CreateWebhookBody, required=False),
                 "responses": {
                     "201": json_response(created, "the webhook and its secret"),
                     **errors(400, *AUTH_ERRORS, 404),
