@@ -22,6 +22,7 @@ from tortoise.exceptions import IntegrityError
 from libflow import json_text
 from libflow.db.fast_reads import FastReads
 from libflow.db.group_commit import commit_together
+from libflow.db.moments import query_moment
 from libflow.engine.definition import MAX_TIMEOUT_SECONDS
 from libflow.errors import NotFound
 from libflow.ids import utcnow
@@ -232,10 +233,8 @@ async def claim(limit: int) -> list[str]:
 
     async def claim(db: BaseDBAsyncClient) -> list[str]:
         sql = _CLAIM_SQL[db.capabilities.dialect]
-        started = utcnow()
-        value: Any = started if db.capabilities.dialect == "postgres" else started.isoformat()
         # execute_query would not fetch an UPDATE's RETURNING rows on PostgreSQL.
-        rows = await db.execute_query_dict(sql, [value, limit])
+        rows = await db.execute_query_dict(sql, [query_moment(db, utcnow()), limit])
         return [row["id"] for row in rows]
 
     return await commit_together(claim)

@@ -19,6 +19,7 @@ from tortoise.backends.base.client import BaseDBAsyncClient
 
 from libflow.db.fast_reads import FastReads
 from libflow.db.group_commit import commit_together
+from libflow.db.moments import query_moment
 from libflow.db.outages import dependency_down
 from libflow.engine import InvalidInputs, NodeServices, UnknownEvent, check_run
 from libflow.errors import NotFound
@@ -109,9 +110,7 @@ async def claim(limit: int, lease: timedelta) -> list[WorkflowRun]:
 
     async def claim(db: BaseDBAsyncClient) -> list[str]:
         sql = _CLAIM_SQL[db.capabilities.dialect]
-        until = utcnow() + lease
-        value: Any = until if db.capabilities.dialect == "postgres" else until.isoformat()
-        rows = await db.execute_query_dict(sql, [value, limit])
+        rows = await db.execute_query_dict(sql, [query_moment(db, utcnow() + lease), limit])
         return [row["id"] for row in rows]
 
     claimed = await commit_together(claim)

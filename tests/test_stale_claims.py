@@ -1,0 +1,81 @@
+"""A claim whose process died is found by the sweeps on every database.
+
+The claims are raw queries; the sweeps compare against moments the ORM writes. On SQLite
+both are text, so a claim must write its moment as the ORM does, or the sweeps never see
+it as old (a run or delivery left ``running`` until the next day).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+import pytest
+
+from libflow import appkeys
+from libflow.ids import utcnow
+from libflow.models import DeliveryStatus, WebhookDelivery, WorkflowRun
+from libflow.webhooks import inbox
+from libflow.workflows import run_queue
+from tests.conftest import Api
+from tests.webhook_helpers import create_webhook, deliver, deliveries_of, event_body
+from tests.webhook_helpers import standard_headers as signed
+from tests.workflow_helpers import SPEC_EXAMPLE, create, get_run
+
+LEASE = timedelta(seconds=30)
+
+
+def later(by: timedelta) -> Callable[[], datetime]:
+    """A clock ``by`` ahead of now: what the sweeps see once that much time has passed."""
+    now = utcnow()
+    return lambda: now + by
+
+
+async def test_a_run_whose_process_died_after_its_claim_fails_interrupted(
+    shaped_api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = shaped_api
+    created = await create(api, SPEC_EXAMPLE)
+    # Queued here, not POSTed: a POST wakes a drain, which would claim and run it.
+    queued = await WorkflowRun.create(
+        workflow_id=created["workflowId"],
+        project_id=api.project_id,
+        version=1,
+        event="run",
+        trigger="api_async",
+        status="queued",
+        inputs={"name": "Ada"},
+    )
+    # Claimed as a process claims it, which then dies before it renews the lease.
+    [claimed] = await run_queue.claim(1, LEASE)
+    assert claimed.id == queued.id
+
+    monkeypatch.setattr(run_queue, "utcnow", later(LEASE + timedelta(seconds=1)))
+    assert api.client.app is not None
+    resources = api.client.app[appkeys.RESOURCES]
+    await run_queue.sweep_runs(resources.runs, resources.jobs)
+
+    run = await get_run(api, queued.id)
+    assert (run["status"], run["error"]["code"]) == ("failed", "INTERRUPTED")
+
+
+async def test_a_delivery_whose_worker_died_after_its_claim_fails_interrupted(
+    shaped_api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = shaped_api
+    webhook = await create_webhook(api)
+    body = event_body()
+    await deliver(api, webhook["webhookId"], body, signed(webhook["secret"], body))
+    await api.run_jobs()
+    [delivery] = await deliveries_of(api, webhook["webhookId"])
+    # Back in the inbox, then claimed as a worker claims it, which then dies.
+    await WebhookDelivery.filter(id=delivery["deliveryId"]).update(
+        status=DeliveryStatus.PENDING, started_at=None, run_id=None
+    )
+    assert await inbox.claim(1) == [delivery["deliveryId"]]
+
+    monkeypatch.setattr(inbox, "utcnow", later(inbox.INTERRUPTED_AFTER + timedelta(seconds=1)))
+    await inbox.settle_interrupted_deliveries(inbox.INTERRUPTED_AFTER)
+
+    [settled] = await deliveries_of(api, webhook["webhookId"])
+    assert (settled["status"], settled["error"]["code"]) == ("failed", "INTERRUPTED")
