@@ -305,6 +305,22 @@ async def test_ticks_missed_in_a_long_outage_queue_one_run(shaped_api: Api) -> N
     assert moment(moved["nextRunDate"]) == now.replace(second=0) + timedelta(minutes=1)
 
 
+async def test_a_tick_in_the_hour_clocks_go_back_fires_once(api: Api) -> None:
+    workflow_id = (await create(api, ECHO))["workflowId"]
+    schedule = await add_schedule(
+        api, workflow_id, cron="30 1 * * *", timezone="America/New_York", inputs={"name": "A"}
+    )
+    # New York's clocks go back at 06:00 UTC on 2027-11-07: 06:10 UTC is 01:10 for the
+    # second time that night, after the first 01:30 (05:30 UTC) went by.
+    now = datetime(2027, 11, 7, 6, 10, tzinfo=UTC)
+    await fire(api, now)
+    await fire(api, now + timedelta(seconds=2))
+    assert len(await scheduled_runs(api, workflow_id)) == 1
+    path = f"/{workflow_id}/schedules/{schedule['scheduleId']}"
+    moved = await ok_json(await call(api, "GET", path))
+    assert moment(moved["nextRunDate"]) == datetime(2027, 11, 8, 6, 30, tzinfo=UTC)
+
+
 async def test_a_deleted_schedule_fires_nothing(shaped_api: Api) -> None:
     workflow_id = (await create(shaped_api, ECHO))["workflowId"]
     schedule = await add_schedule(

@@ -10,6 +10,7 @@ fired: ticks missed while nothing ran are not caught up (one run after an outage
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -37,6 +38,9 @@ TRIGGER = "schedule"
 CRON_FIELDS = 5
 # Due ticks one call fires; the rest wait for the next call, a second later.
 MAX_FIRED_AT_ONCE = 100
+# Ticks of cronsim tried for one later than a moment: the ones of an hour clocks went
+# back over (at most an hour's worth: 60 for a cron of every minute), and then one.
+_TICKS_TRIED = 120
 # Moves a schedule's tick on in the given transaction; True if this call did.
 Claim = Callable[[BaseDBAsyncClient], Awaitable[bool]]
 
@@ -47,10 +51,15 @@ def next_tick(cron: str, timezone: str, after: datetime) -> datetime | None:
     None when there is none within cronsim's horizon (50 years).
     """
     local = after.astimezone(ZoneInfo(timezone))
-    try:
-        return next(CronSim(cron, local)).astimezone(UTC)
-    except StopIteration:
-        return None
+    # In the hour clocks go back, cronsim (working on the wall clock) can give a tick of
+    # the hour's first pass, already gone: "30 1 * * *" asked at 01:10 of the second pass
+    # gives 01:30 of the first. Fired as due, it would be due again at once, every call
+    # until the hour ends. The next tick is the first that is really later.
+    for tick in itertools.islice(CronSim(cron, local), _TICKS_TRIED):
+        moment = tick.astimezone(UTC)
+        if moment > after:
+            return moment
+    return None
 
 
 def first_tick(cron: str, timezone: str, now: datetime) -> datetime:
