@@ -16,7 +16,7 @@ from libflow.app import create_app
 from libflow.db.connection import open_database
 from libflow.logs import configure_logging
 from libflow.secrets.crypto import box_of, use_secret_box
-from libflow.supervisor import group_slot, supervise
+from libflow.supervisor import REQUEST_GRACE_SECONDS, group_slot, supervise
 from settings import Settings, SettingsError, settings_from_env
 
 # How often a server of a group checks that its supervisor is still there.
@@ -70,6 +70,7 @@ def serve(settings: Settings, *, in_group: bool) -> None:
         # A client that goes away cancels its request: runsync then records the run as
         # cancelled, and an upload's temp file is removed.
         handler_cancellation=True,
+        shutdown_timeout=REQUEST_GRACE_SECONDS,
         print=lambda message: print(f"libflow: {message}", file=sys.stderr),
     )
 

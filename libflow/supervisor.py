@@ -29,8 +29,12 @@ logger = logging.getLogger("libflow.supervisor")
 # started (what an earlier stop left unfinished is older than that).
 GROUP_SLOT_ENV = "LIBFLOW_GROUP_SLOT"
 GROUP_STARTED_ENV = "LIBFLOW_GROUP_STARTED_AT"
-# How long the servers have to stop after SIGTERM (each lets its jobs finish for 10 s)
-# before they are killed.
+# On SIGTERM a server gives the requests in flight (a runsync, an event stream) this long
+# before it cancels them (aiohttp's own default is 60 s: an open event stream held a
+# server that long), then its in-process jobs 10 s more (resources.SHUTDOWN_GRACE_SECONDS).
+REQUEST_GRACE_SECONDS = 10.0
+# How long the servers have to stop after SIGTERM, both graces and some room, before they
+# are killed.
 STOP_TIMEOUT_SECONDS = 30.0
 # A server that dies is started again after this, doubling while it keeps dying young.
 RESTART_DELAY_SECONDS = 0.5
@@ -43,7 +47,7 @@ POLL_SECONDS = 0.1
 def group_slot() -> int | None:
     """This server's slot in a supervised group, or None when it runs alone."""
     value = os.environ.get(GROUP_SLOT_ENV, "")
-    return int(value) if value.isdigit() else None
+    return int(value) if value.isascii() and value.isdigit() else None
 
 
 def group_started_at() -> datetime | None:

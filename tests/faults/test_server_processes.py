@@ -393,6 +393,22 @@ def test_sigterm_stops_the_supervisor_and_every_server(supervised: Server) -> No
         assert not server.is_running() or server.status() == psutil.STATUS_ZOMBIE
 
 
+async def test_sigterm_stops_every_server_in_time_with_a_request_still_open(
+    supervised: Server, tmp_path: Path
+) -> None:
+    async with run_streaming_on(supervised, 50) as run:
+        psutil.Process(supervised.pid).send_signal(signal.SIGTERM)
+        # The server cuts the stream off once its requests' grace is over.
+        with contextlib.suppress(aiohttp.ClientError):
+            async for _ in run.events:
+                pass
+    await asyncio.to_thread(wait_for, lambda: not supervised.alive, 40, "it did not stop")
+    assert "did not stop in time" not in supervised.output()
+    with sqlite3.connect(tmp_path / "data" / "libflow.sqlite3") as db:
+        [(status,)] = db.execute("SELECT status FROM workflow_runs WHERE id = ?", (run.id,))
+    assert status == "cancelled"  # the run cut off was recorded, not lost to a SIGKILL
+
+
 def run_server(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = libflow_env(tmp_path / "data", LIBFLOW_LOG_LEVEL="INFO")
     return subprocess.run(
