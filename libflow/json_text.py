@@ -146,3 +146,66 @@ def dumps(value: Any) -> bytes:
         return orjson.dumps(value, default=_raw_fragment)
     except TypeError:  # orjson.JSONEncodeError is a TypeError
         return json.dumps(value, separators=(",", ":"), default=_raw_decoded).encode()
+
+
+def storable(value: Any) -> Any:
+    """``value`` with each NUL or unpaired surrogate of its text replaced by U+FFFD.
+
+    For text a run built (a template's literal, an HTTP header that was not UTF-8), which
+    no client sent and so nothing refused where it arrived: PostgreSQL would refuse the
+    run's record, and UTF-8 cannot carry it to a watcher. Iterative, and a copy only where
+    something is replaced.
+    """
+    if isinstance(value, str):
+        return _UNSTORABLE.sub("\ufffd", value) if _UNSTORABLE.search(value) else value
+    if not isinstance(value, dict | list | tuple):
+        return value
+    if not _holds_unstorable(value):
+        return value
+    root: dict[Any, Any] | list[Any] = {} if isinstance(value, dict) else []
+    pending: list[tuple[Any, dict[Any, Any] | list[Any]]] = [(value, root)]
+    while pending:
+        source, copy = pending.pop()
+        items = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, item in items:
+            child: Any
+            if isinstance(item, dict | list | tuple):
+                child = {} if isinstance(item, dict) else []
+                pending.append((item, child))
+            else:
+                child = storable(item)
+            if isinstance(copy, dict):
+                copy[storable(key)] = child
+            else:
+                copy.append(child)
+    return root
+
+
+def _holds_unstorable(value: Any) -> bool:
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if _UNSTORABLE.search(item):
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return False
+
+
+def utf8_json(value: Any) -> str:
+    """``value`` as compact JSON text that UTF-8 can carry (an event's data, an SSE frame).
+
+    Non-ASCII text is kept as it is, unless it holds an unpaired surrogate: then every
+    such character is written as a JSON escape, which any reader takes.
+    """
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            text = json.dumps(value, separators=(",", ":"))
+    return text

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from libflow.engine.javascript import KILL_GRACE_SECONDS
+from libflow.engine.render_budget import MAX_RUN_JSON_VALUES
 from libflow.engine.run_budget import MAX_NODE_RESULT_BYTES
 from tests.conftest import Api
 from tests.hostile.conftest import healthz_stays_responsive, peak_rss_growth
@@ -146,6 +147,14 @@ async def test_a_return_value_over_the_node_result_limit_fails_the_node(api: Api
     status, answer = await run_definition(api, scripted(source, memoryMb=128))
     message = node_failure(status, answer)
     assert f"over the limit of {MAX_NODE_RESULT_BYTES} on a node's result" in message
+
+
+async def test_a_return_value_of_too_many_json_values_fails_the_node(api: Api) -> None:
+    # 2.2 MB of text, within a node's result, but more values than a run may parse.
+    source = f"return Array({MAX_RUN_JSON_VALUES + 100_000}).fill(0);"
+    status, answer = await run_definition(api, scripted(source, memoryMb=128))
+    message = node_failure(status, answer)
+    assert f"over the run's limit of {MAX_RUN_JSON_VALUES} values parsed" in message
 
 
 # Limits: time, memory, the engine itself; the server answers meanwhile

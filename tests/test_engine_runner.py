@@ -572,6 +572,9 @@ async def test_a_run_executes_once(services: NodeServices) -> None:
         ("{{ '%999999999d' % 1 }}", "over the limit"),
         ("{{ '{:>999999999}'.format(1) }}", "over the limit"),
         ("{{ 2 ** 1000000000 }}", "over the limit"),
+        # More digits than Python writes of an integer as text: never storable as JSON.
+        ("{{ 10 ** 5000 }}", "over the limit"),
+        ("{{ (10 ** 2500) * (10 ** 2500) }}", "over the limit"),
         (
             "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}",
             "iterations",

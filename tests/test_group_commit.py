@@ -12,7 +12,7 @@ from tortoise.exceptions import DBConnectionError, IntegrityError
 
 from libflow.db.group_commit import commit_together, insert_together
 from libflow.ids import new_id
-from libflow.models import Project
+from libflow.models import Project, WorkflowRun
 from tests.conftest import Api
 from tests.workflow_helpers import SPEC_EXAMPLE, create, runs_of, runsync
 
@@ -49,6 +49,33 @@ async def test_a_duplicate_row_fails_alone_and_its_batch_is_kept(api: Api) -> No
     assert isinstance(results[5], IntegrityError)
     assert await Project.filter(id__in=fresh).count() == 5
     assert (await Project.get(id=taken)).name == "first"
+
+
+async def test_a_row_that_cannot_be_written_fails_alone(shaped_api: Api) -> None:
+    workflow_id = (await create(shaped_api, SPEC_EXAMPLE))["workflowId"]
+
+    def run(outputs: dict[str, Any]) -> WorkflowRun:
+        return WorkflowRun(
+            workflow_id=workflow_id,
+            project_id=shaped_api.project_id,
+            version=1,
+            event="run",
+            trigger="api",
+            status="succeeded",
+            outputs=outputs,
+        )
+
+    fine = [run({"n": n}) for n in range(5)]
+    # An integer of 5,001 digits: more than Python writes as JSON text.
+    results = await asyncio.gather(
+        *(insert_together(row) for row in fine),
+        insert_together(run({"n": 10**5000})),
+        return_exceptions=True,
+    )
+
+    assert results[:5] == [None] * 5
+    assert isinstance(results[5], ValueError)
+    assert await WorkflowRun.filter(id__in=[row.id for row in fine]).count() == 5
 
 
 async def test_rows_and_callable_writes_commit_in_one_batch(api: Api) -> None:

@@ -439,6 +439,28 @@ async def test_runsync_with_an_event_stream_streams_the_run(shaped_api: Api) -> 
     assert record == await get_run(api, events[0].data["runId"])
 
 
+async def test_text_with_an_unpaired_surrogate_streams_and_is_stored_replaced(
+    shaped_api: Api,
+) -> None:
+    # As a response header aiohttp kept undecoded would hold: text UTF-8 cannot carry.
+    template = {"id": "t", "type": "template", "template": "a{{ '\\udcff' }}b"}
+    created = await create(shaped_api, chain(template, output("odd", "{{ nodes.t.text }}")))
+    async with shaped_api.client.post(
+        f"/api/publicv1/projects/{shaped_api.project_id}/workflows/{created['workflowId']}/runsync",
+        headers={**shaped_api.headers, "Accept": "text/event-stream"},
+        json={},
+    ) as response:
+        events = await read_events(response)
+    # The node's own result goes out as it was, escaped in the event's JSON ...
+    finished = [e.data for e in events if e.name == "node.finished" and e.data["node"] == "t"]
+    assert finished[0]["output"]["text"] == "a\udcffb"
+    # ... and the run's output, which is stored (PostgreSQL refuses the surrogate), as U+FFFD.
+    assert events[-1].name == "run.finished"
+    assert events[-1].data["status"] == "succeeded"
+    assert events[-1].data["outputs"] == {"odd": "a\ufffdb"}
+    assert (await get_run(shaped_api, events[-1].data["runId"]))["outputs"] == {"odd": "a\ufffdb"}
+
+
 async def test_a_runsync_stream_client_can_cancel_its_own_run(api: Api) -> None:
     created = await create(api, slow(30))
     async with api.client.post(

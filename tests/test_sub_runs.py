@@ -155,6 +155,19 @@ async def test_a_failing_item_fails_the_map(api: Api) -> None:
     assert "item three" in body["result"]["error"]["message"]
 
 
+async def test_a_map_stops_once_its_results_pass_a_nodes_limit(api: Api) -> None:
+    # Each item outputs 1 MB: a node's result holds 8 MiB, and 20 items would be 20 MB.
+    child = await create(api, chain(output("x", "{{ 'x' * 1000000 }}")), name="child")
+    parent = await create(api, mapper(child["workflowId"], "{{ range(20) | list }}", 1))
+    status, body = await runsync(api, parent["workflowId"])
+    assert (status, body["result"]["error"]["node"]) == (500, "each")
+    assert "the map's results would be over the limit" in body["result"]["error"]["message"]
+    response = await api.client.get(
+        f"/api/publicv1/projects/{api.project_id}/runs?trigger=call", headers=api.headers
+    )
+    assert len(await ok_json(response)) < 12  # stopped as it passed the limit, not at the end
+
+
 async def test_map_items_that_are_not_a_list_fail_the_node(api: Api) -> None:
     child = await create(api, chain(output("x", 1)), name="child")
     parent = await create(api, mapper(child["workflowId"], "{{ 'abc' }}"))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -15,6 +14,7 @@ from libflow.api.responses import json_response
 from libflow.api.sse import stream_events
 from libflow.errors import ValidationFailed
 from libflow.ids import iso, version_number
+from libflow.json_text import utf8_json
 from libflow.models import WorkflowRun
 from libflow.workflows import cancel, run_history, run_queue, versions
 from libflow.workflows.run_events import parse_last_event_id
@@ -188,6 +188,6 @@ def finished_record(project_id: str, run_id: str) -> Any:
 
     async def data() -> str:
         run = await run_history.get_run(project_id, run_id)
-        return json.dumps(run_json(run), separators=(",", ":"), ensure_ascii=False)
+        return utf8_json(run_json(run))
 
     return data

@@ -97,9 +97,18 @@ async def _commit_batch(batch: list[tuple[Write, asyncio.Future[Any]]]) -> None:
         if isinstance(write, Model):
             rows.setdefault(type(write), []).append(write)
     client = connections.get("default")
-    statements = (
-        _inserts_in_one_call(client, rows) if len(batch) == sum(map(len, rows.values())) else None
-    )
+    try:
+        statements = (
+            _inserts_in_one_call(client, rows)
+            if len(batch) == sum(map(len, rows.values()))
+            else None
+        )
+    except Exception:
+        # A row whose values cannot be written (text the database driver or JSON refuses)
+        # fails its own caller, not the batch: each is committed alone.
+        for write, future in batch:
+            await _commit_alone(write, future)
+        return
     if len(batch) == 1 and statements is None:
         await _commit_alone(*batch[0])
         return

@@ -32,7 +32,10 @@ MAX_ALLOCATED_CHARS = 64 * 1024 * 1024  # all strings built or output by one ren
 MAX_RUN_ALLOCATED_CHARS = 256 * 1024 * 1024  # all strings built by all renders of one run
 MAX_LOOP_ITERATIONS = 200_000  # all for-loop iterations of one render
 MAX_FORMAT_NUMBER = 10_000  # a width or precision in a format string
-MAX_INTEGER_BITS = 64_000  # the size of an integer built by ** or *
+# The size of an integer built by ** or *: 14,000 bits are 4,215 digits, under the 4,300
+# that Python writes of an integer as text (sys.get_int_max_str_digits). A larger one
+# could be made but never written: not as an output, an event or a run's record.
+MAX_INTEGER_BITS = 14_000
 MAX_RUN_JSON_VALUES = 1_000_000  # values of all HTTP responses parsed as JSON in one run
 RENDER_SECONDS = 1.0  # the wall time one render may take (and never past the run's timeout)
 
@@ -52,6 +55,15 @@ class ExpressionError(Exception):
 
 class RunOutOfTime(ExpressionError):
     """A render was still going when its run's timeout passed: the run times out."""
+
+
+def json_values_bound(text: str | bytes) -> int:
+    """At most how many values JSON ``text`` holds, counted before it is parsed (a few MiB
+    of ``[]`` are hundreds of MB once parsed): every value but the first follows a comma
+    or opens an array or object."""
+    if isinstance(text, bytes):
+        return text.count(b",") + text.count(b"[") + text.count(b"{") + 1
+    return text.count(",") + text.count("[") + text.count("{") + 1
 
 
 @dataclass(slots=True)

@@ -18,6 +18,7 @@ from libflow.engine.render_budget import RunAllowance
 from libflow.engine.ssrf import ResponseAllowance
 from libflow.engine.value_size import NeedsThread, TooBig, stored_size
 from libflow.errors import LibflowError
+from libflow.json_text import storable
 
 MAX_RUN_OUTPUTS_BYTES = 1024 * 1024  # all outputs of a run, as compact JSON
 MAX_NODE_RESULT_BYTES = 8 * 1024 * 1024  # one node's result, which later nodes can read
@@ -47,7 +48,8 @@ async def measure(value: Any, limit: int) -> int:
 
 
 def clip_message(message: str) -> str:
-    """A run's error message cut to MAX_ERROR_MESSAGE_CHARS."""
+    """A run's error message cut to MAX_ERROR_MESSAGE_CHARS, as storable text."""
+    message = storable(message)
     if len(message) <= MAX_ERROR_MESSAGE_CHARS:
         return message
     return message[: MAX_ERROR_MESSAGE_CHARS - 15] + " ... (cut here)"

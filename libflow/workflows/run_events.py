@@ -14,7 +14,6 @@ watcher from the database (where the run's end is written before the event is pu
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections import OrderedDict, deque
@@ -26,6 +25,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from libflow.engine.value_size import TooBig, stored_size
+from libflow.json_text import utf8_json
 
 logger = logging.getLogger("libflow.run_events")
 
@@ -125,7 +125,7 @@ class RunEventLog:
                 stored_size(data[value_key], max(allowed, 0))
             except TooBig:
                 data = {**data, value_key: None, "truncated": True}
-        text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+        text = utf8_json(data)
         self._chars += len(text)
         event = RunEvent(self._next_id, name, text)
         self._next_id += 1

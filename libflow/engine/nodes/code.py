@@ -19,7 +19,7 @@ from libflow.engine.definition import MAX_VALUE_DEPTH, Node
 from libflow.engine.javascript import MIB, run_script, script_of, thrown_message
 from libflow.engine.node_fields import nested_too_deeply
 from libflow.engine.nodes.state import NodeFailure, RunState
-from libflow.engine.render_budget import RunOutOfTime
+from libflow.engine.render_budget import MAX_RUN_JSON_VALUES, RunOutOfTime, json_values_bound
 from libflow.engine.run_budget import MAX_NODE_RESULT_BYTES, OverBudget
 
 INLINE_JSON_CHARS: Final = 16 * 1024  # a result this small is parsed on the loop
@@ -92,6 +92,13 @@ def _failure(outcome: str, text: str, node: Node) -> Exception:
 async def _output(text: str, state: RunState) -> dict[str, Any]:
     """The node's output from its return value's JSON (held by the run before it is parsed)."""
     state.budget.hold(len(text) + _RESULT_KEY_CHARS, "the script's return value")
+    # Counted as an HTTP answer's are: 8 MiB of [{}, ...] are hundreds of MB once parsed.
+    values = json_values_bound(text)
+    if not state.budget.renders.spend_json_values(values):
+        raise NodeFailure(
+            f"the script's return value holds up to {values} JSON values, over the run's "
+            f"limit of {MAX_RUN_JSON_VALUES} values parsed"
+        )
     if len(text) <= INLINE_JSON_CHARS:
         value = _parse_value(text)
     else:

@@ -14,6 +14,7 @@ from libflow.engine.nodes.state import (
     number_field,
     text_field,
 )
+from libflow.json_text import storable
 
 
 async def run_event(node: Node, state: RunState) -> dict[str, Any]:
@@ -29,7 +30,8 @@ async def run_input(node: Node, state: RunState) -> dict[str, Any]:
 async def run_set_output(node: Node, state: RunState) -> dict[str, Any]:
     """Set one of the run's outputs (measured against the run's limits before it is kept)."""
     name = node.config["name"]
-    value = await field_value(node, state, "value")
+    # A run's outputs are stored: text PostgreSQL refuses is written with U+FFFD instead.
+    value = storable(await field_value(node, state, "value"))
     await state.budget.set_output(name, value, state.inputs)
     state.outputs[name] = value
     if state.listener is not None:

@@ -9,7 +9,7 @@ from typing import Any
 from libflow.engine.cpu_pool import off_loop
 from libflow.engine.definition import Node
 from libflow.engine.nodes.state import NodeFailure, RunState, field_value
-from libflow.engine.render_budget import MAX_RUN_JSON_VALUES, RunAllowance
+from libflow.engine.render_budget import MAX_RUN_JSON_VALUES, RunAllowance, json_values_bound
 from libflow.engine.ssrf import RequestFailed, RequestRefused, guarded_fetch
 
 # Bodies this small are decoded and parsed inline; larger ones on a CPU thread.
@@ -83,8 +83,7 @@ def _read_body(body: bytes, charset: str | None, run: RunAllowance) -> tuple[str
         text = body.decode("utf-8", errors="replace")
     if _JSON_START.match(text) is None:  # empty, HTML, plain text: not JSON
         return text, None
-    # Every value but the first follows a comma or opens an array or object (an upper bound).
-    values = text.count(",") + text.count("[") + text.count("{") + 1
+    values = json_values_bound(text)
     if not run.spend_json_values(values):
         raise NodeFailure(
             f"the response holds up to {values} JSON values, over the run's limit of "

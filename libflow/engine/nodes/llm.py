@@ -35,7 +35,7 @@ from libflow.engine.nodes.state import (
     int_field,
     number_field,
 )
-from libflow.engine.render_budget import MAX_RUN_JSON_VALUES
+from libflow.engine.render_budget import MAX_RUN_JSON_VALUES, json_values_bound
 from libflow.engine.run_budget import measure
 from libflow.engine.ssrf import MAX_RESPONSE_BYTES, RequestFailed
 from libflow.engine.value_size import TooBig
@@ -292,7 +292,7 @@ async def _take_event(data: bytes, answer: _Answer, state: RunState, deltas: _De
         if len(data) <= INLINE_JSON_BYTES:
             chunk = json.loads(data)
         else:  # small chunks are bounded by their size; a large one is counted first
-            values = data.count(b",") + data.count(b"[") + data.count(b"{") + 1
+            values = json_values_bound(data)
             if not state.budget.renders.spend_json_values(values):
                 raise NodeFailure(
                     f"a chunk of the model's answer holds up to {values} JSON values, over the "
@@ -403,7 +403,7 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
 
 async def _parse_json(text: str, state: RunState) -> Any:
     """The answer parsed as JSON (responseFormat json); the node fails when it is not JSON."""
-    values = text.count(",") + text.count("[") + text.count("{") + 1
+    values = json_values_bound(text)
     if not state.budget.renders.spend_json_values(values):
         raise NodeFailure(
             f"the model's answer holds up to {values} JSON values, over the run's limit of "

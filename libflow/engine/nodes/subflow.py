@@ -12,6 +12,8 @@ from typing import Any
 
 from libflow.engine.definition import Node
 from libflow.engine.nodes.state import NodeFailure, RunState, field_value, int_field
+from libflow.engine.run_budget import MAX_NODE_RESULT_BYTES, measure
+from libflow.engine.value_size import TooBig
 from libflow.errors import LibflowError
 
 MAX_CALL_DEPTH = 5
@@ -40,10 +42,22 @@ async def run_map(node: Node, state: RunState) -> dict[str, Any]:
     if len(items) > MAX_MAP_ITEMS:
         raise NodeFailure(f"field 'items' holds {len(items)} items; a map takes {MAX_MAP_ITEMS}")
     slots = asyncio.Semaphore(await int_field(node, state, "concurrency", 1, MAX_MAP_CONCURRENCY))
+    held = 0  # bytes of the results so far, against a node's limit
 
     async def one(index: int, item: Any) -> dict[str, Any]:
+        nonlocal held
         async with slots:
-            return await _call(node, state, {"item": item, "index": index})
+            outputs = await _call(node, state, {"item": item, "index": index})
+        # Measured as each item ends, not once all have: 10,000 items of a few MiB each
+        # would be held in memory long before the whole could be refused.
+        try:
+            held += await measure(outputs, max(MAX_NODE_RESULT_BYTES - held, 0))
+        except TooBig:
+            raise NodeFailure(
+                f"the map's results would be over the limit of {MAX_NODE_RESULT_BYTES} bytes "
+                "on a node's result"
+            ) from None
+        return outputs
 
     try:
         async with asyncio.TaskGroup() as group:
