@@ -260,7 +260,14 @@ async def test_redirects_are_followed_and_credentials_stay_with_their_origin(
     seen: list[dict[str, Any]] = []
 
     async def landing(request: web.Request) -> web.Response:
-        seen.append({"method": request.method, "auth": request.headers.get("Authorization")})
+        seen.append(
+            {
+                "method": request.method,
+                "auth": request.headers.get("Authorization"),
+                "key": request.headers.get("X-Api-Key"),
+                "accept": request.headers.get("Accept"),
+            }
+        )
         return web.Response(text="landed")
 
     other = await serve({"/landing": landing})
@@ -274,7 +281,11 @@ async def test_redirects_are_followed_and_credentials_stay_with_their_origin(
             http,
             "POST",
             str(first.make_url("/start")),
-            headers={"Authorization": "Bearer secret"},
+            headers={
+                "Authorization": "Bearer secret",
+                "X-Api-Key": "another secret",
+                "Accept": "text/plain",
+            },
             json_body={"x": 1},
             timeout_seconds=5,
             allow_private=True,
@@ -283,7 +294,8 @@ async def test_redirects_are_followed_and_credentials_stay_with_their_origin(
         await first.close()
         await other.close()
     assert (response.status, response.body) == (200, b"landed")
-    assert seen == [{"method": "GET", "auth": None}]
+    # Another origin gets none of the headers that may hold a key, whatever their name.
+    assert seen == [{"method": "GET", "auth": None, "key": None, "accept": "text/plain"}]
 
 
 async def test_too_many_redirects(http: aiohttp.ClientSession) -> None:

@@ -28,6 +28,7 @@ from tortoise.connection import connections
 from tortoise.migrations.executor import MigrationExecutor, MigrationTarget
 
 from libflow.db.connection import APP_LABEL, tortoise_config
+from libflow.engine.run_secrets import RunSecrets
 from libflow.logs import JsonFormatter
 from settings import Settings
 from tests.conftest import POSTGRES_URL, Api, ClientFactory, Shape, new_project
@@ -41,6 +42,7 @@ from tests.workflow_helpers import (
     ok_json,
     output,
     run_definition,
+    runsync,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -425,6 +427,52 @@ async def test_runsync_with_events_streams_names_only(open_api: Api, echo: Echo)
     assert response.status == 200
     assert "run.finished" in text and "[secret:TOKEN]" in text
     assert_hidden(text)
+
+
+async def test_a_sub_runs_record_shows_the_name_of_a_secret_it_was_given(
+    shaped_api: Api,
+) -> None:
+    api = shaped_api
+    await stored(api, "TOKEN", TOKEN)
+    child = await create(
+        api,
+        chain(
+            {"id": "k", "type": "input", "name": "key", "valueType": "string"},
+            output("length", "{{ inputs.key | length }}"),
+        ),
+        name="child",
+    )
+    call = {
+        "id": "sub",
+        "type": "call_workflow",
+        "workflowId": child["workflowId"],
+        "inputs": {"key": "{{ secrets.TOKEN }}"},
+    }
+    parent = await create(api, chain(call, output("n", "{{ nodes.sub.outputs.length }}")))
+    status, answer = await runsync(api, parent["workflowId"])
+    assert status == 200 and answer["result"]["outputs"]["n"] == len(TOKEN), answer
+    response = await api.client.get(
+        f"{API}/projects/{api.project_id}/runs?trigger=call", headers=api.headers
+    )
+    [sub_run] = await ok_json(response)
+    assert sub_run["inputs"] == {"key": "[secret:TOKEN]"}
+    assert_hidden(json.dumps(sub_run))
+
+
+def test_a_value_is_redacted_however_deep_it_is_nested() -> None:
+    secrets = RunSecrets(_no_secrets, _no_secrets)
+    secrets.used["TOKEN"] = TOKEN
+    deep: Any = {"auth": f"Bearer {TOKEN}"}
+    for _ in range(900):  # an HTTP answer may nest this deep; a run's own values may not
+        deep = [deep]
+    redacted = secrets.redact(deep)
+    for _ in range(900):
+        [redacted] = redacted
+    assert redacted == {"auth": "Bearer [secret:TOKEN]"}
+
+
+async def _no_secrets(*args: Any) -> Any:
+    raise AssertionError("nothing is loaded here")
 
 
 async def test_a_failure_message_holding_a_value_shows_its_name_in_logs_too(

@@ -120,7 +120,7 @@ class RunSecrets:
         if not self.used:
             return value
         pattern, names = self._current_matcher()
-        result: T = _redact(value, pattern, names, 0)
+        result: T = _redact(value, pattern, names)
         return result
 
     def redact_text(self, text: str) -> str:
@@ -159,21 +159,38 @@ def _spellings(value: str) -> set[str]:
     return found
 
 
-def _redact(value: Any, pattern: re.Pattern[str], names: dict[str, str], depth: int) -> Any:
-    if isinstance(value, str):
-        if pattern.search(value) is None:
-            return value
-        return pattern.sub(lambda match: f"[secret:{names[match.group(0)]}]", value)
-    if depth > 200:  # deeper than any value a run may hold (MAX_VALUE_DEPTH)
-        return value
-    if isinstance(value, dict):
-        return {
-            _redact(key, pattern, names, depth + 1): _redact(item, pattern, names, depth + 1)
-            for key, item in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return [_redact(item, pattern, names, depth + 1) for item in value]
-    return value
+def _redact(value: Any, pattern: re.Pattern[str], names: dict[str, str]) -> Any:
+    """A copy of ``value`` with its text redacted, at any depth (an HTTP or model answer
+    may be nested far deeper than a run's own values): iterative, not recursive."""
+
+    def scalar(item: Any) -> Any:
+        if isinstance(item, str) and pattern.search(item) is not None:
+            return pattern.sub(lambda match: f"[secret:{names[match.group(0)]}]", item)
+        return item
+
+    def empty(item: Any) -> dict[Any, Any] | list[Any] | None:
+        if isinstance(item, dict):
+            return {}
+        return [] if isinstance(item, list | tuple) else None
+
+    root = empty(value)
+    if root is None:
+        return scalar(value)
+    pending: list[tuple[Any, dict[Any, Any] | list[Any]]] = [(value, root)]
+    while pending:
+        source, copy = pending.pop()
+        items = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, item in items:
+            child = empty(item)
+            if child is None:
+                child = scalar(item)
+            else:
+                pending.append((item, child))
+            if isinstance(copy, dict):
+                copy[scalar(key)] = child
+            else:
+                copy.append(child)
+    return root
 
 
 def references(field: Any) -> frozenset[str] | None:

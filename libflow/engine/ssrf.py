@@ -25,7 +25,9 @@ SCHEMES: Final = frozenset({"http", "https"})
 REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
 # Set by the guard itself (Host) or by aiohttp from the body; never taken from a workflow.
 _MANAGED_HEADERS: Final = frozenset({"host", "content-length", "transfer-encoding", "connection"})
-_CREDENTIAL_HEADERS: Final = ("Authorization", "Cookie", "Proxy-Authorization")
+# What a redirect to another origin still carries: a key may be in any other header a
+# workflow sets (X-Api-Key, ...), and it stays with the origin it was meant for.
+_PORTABLE_HEADERS: Final = frozenset({"accept", "accept-language", "user-agent", "content-type"})
 _NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -190,7 +192,7 @@ async def guarded_fetch(
                     method = "GET" if method != "HEAD" else method
                     body = None
                 if next_url.origin() != url.origin():
-                    for name in _CREDENTIAL_HEADERS:
+                    for name in {n for n in send_headers if n.lower() not in _PORTABLE_HEADERS}:
                         send_headers.popall(name, None)
                 url = next_url
     except TimeoutError as err:

@@ -194,13 +194,19 @@ class _RunRecorder:
 
     def _new(self, **fields: Any) -> WorkflowRun:
         run = self._run
+        inputs = run.inputs
+        secrets = run.state.services.secrets
+        if secrets is not None:
+            # A sub-run's inputs are values its parent built, secrets included: the record
+            # never shows a secret's value (the run and its sub-runs share what is redacted).
+            inputs = secrets.redact(inputs)
         return new_record(
             self._target,
             self.run_id,
             started_at=self._started_at,
             event=run.event,
             trigger=self._trigger,
-            inputs=run.inputs,
+            inputs=inputs,
             parent_run_id=self._parent_run_id,
             **fields,
         )
