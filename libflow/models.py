@@ -113,7 +113,11 @@ class LibraryFile(Model):
     finalized_at = fields.DatetimeField(null=True)
     status = fields.CharEnumField(ProcessingStatus, default=ProcessingStatus.PENDING)
     error: fields.Field[str | None] = fields.TextField(null=True)  # type: ignore[assignment]
+    # Every claim of a job adds one, and only grows: it fences each job's writes.
     attempts = fields.IntField(default=0)
+    # ``attempts`` when this round of processing began (a finalize or a reprocess): the
+    # limits on a file's attempts count this round's, not those of every earlier round.
+    attempts_before = fields.IntField(default=0)
     # Per-step ISO timestamps (queued, started, finished, ...): the steps grow with
     # the pipeline, and a JSON map keeps that from needing a migration each time.
     steps: fields.Field[dict[str, str]] = fields.JSONField(default=dict, **JSON_COLUMN)

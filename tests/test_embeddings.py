@@ -21,6 +21,8 @@ from libflow.library.embeddings.onnx_export import exported_model
 from libflow.library.embeddings.openai import OpenAIEmbedder
 from settings import Settings, SettingsError
 from tests import openai_server as fake_openai_api
+from tests.conftest import ClientFactory, Shape, new_project
+from tests.library_helpers import assert_error
 from tests.openai_server import DIMENSIONS, OpenAIServer, hashed_embedding
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -478,6 +480,30 @@ async def test_embedder_openai_uses_the_configured_api(openai_server: OpenAIServ
     assert embedder.name == "openai:hashed-words"
     assert vectors.shape == (3, DIMENSIONS)
     assert [len(batch) for batch in openai_server.inputs[1:]] == [2, 1]
+
+
+async def test_a_search_the_embedding_service_fails_is_503_unavailable(
+    openai_server: OpenAIServer, start_app: ClientFactory, embedded: Shape
+) -> None:
+    settings = embedded.settings.model_copy(
+        update={
+            "embedder": "openai",
+            "openai_base_url": openai_server.base_url,
+            "openai_api_key": openai_server.api_key,
+            "embedding_model": "hashed-words",
+        }
+    )
+    client = await start_app(settings)
+    project_id, key = await new_project()
+    openai_server.fail_next(503, 5)
+    response = await client.post(
+        f"/api/publicv1/projects/{project_id}/library/search",
+        json={"query": "penguins", "mode": "semantic"},
+        headers={"Authorization": key},
+    )
+    body = await assert_error(response, 503, "UNAVAILABLE")
+    assert "embedding service" in body["message"]
+    assert response.headers["Retry-After"] == "5"
 
 
 @pytest.mark.usefixtures("semantic_search")

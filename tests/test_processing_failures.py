@@ -14,6 +14,8 @@ from libflow.ids import utcnow
 from libflow.library.processing.pipeline import _RETRY_TRIES, MAX_ATTEMPTS
 from libflow.models import Chunk, LibraryFile, ProcessingStatus
 from libflow.resources import RESOURCES, Resources
+from libflow.storage import Storage
+from libflow.storage.keys import text_key
 from tests.conftest import (
     Api,
     ClientFactory,
@@ -152,6 +154,38 @@ async def test_storage_errors_past_the_retry_limit_fail_the_file(api: Api) -> No
     assert flaky.reads == _RETRY_TRIES
 
 
+class DeletedMidway(FlakyStorage):
+    """The real storage; the file is DELETEd through the API just before its text is stored."""
+
+    def __init__(self, storage: Storage, api: Api, file_id: str) -> None:
+        super().__init__(storage, failures=0)
+        self.api, self.file_id = api, file_id
+
+    async def write(self, key: str, data: bytes, content_type: str) -> None:
+        if key == text_key(self.api.project_id, self.file_id):
+            response = await self.api.call("DELETE", f"/files/{self.file_id}")
+            assert response.status == 204, await response.text()
+        await super().write(key, data, content_type)
+
+
+async def test_a_file_deleted_while_it_is_processed_leaves_nothing_behind(
+    shaped_api: Api,
+) -> None:
+    api = shaped_api
+    file_id, held = await finalize_held(api, "report.docx")
+    [(job, args)] = held.jobs
+    context = job_context(api)
+    resources = context[RESOURCES]
+    assert isinstance(resources, Resources)
+    storage = DeletedMidway(resources.storage, api, file_id)
+
+    await job({**context, RESOURCES: replace(resources, storage=storage), "job_try": 1}, *args)
+
+    assert not await LibraryFile.exists(id=file_id)
+    assert await storage.head(text_key(api.project_id, file_id)) is None
+    assert await Chunk.filter(file_id=file_id).count() == 0
+
+
 # --- files a dead worker left behind -----------------------------------------------------------
 
 
@@ -188,6 +222,32 @@ async def test_a_pending_file_whose_job_was_lost_is_requeued(shaped_api: Api) ->
     assert done["processing"]["status"] == "done", done
     assert done["processing"]["pages"] == 3
     assert (await LibraryFile.get(id=file_id)).attempts == 1
+
+
+async def test_a_file_reprocessed_many_times_is_still_requeued_when_interrupted(
+    shaped_api: Api,
+) -> None:
+    api = shaped_api
+    file_id = (await api.upload(b"The vermilion otter almanac.", name="a.txt", file_type="txt"))[
+        "id"
+    ]
+    await wait_until_processed(api, file_id)
+    for _ in range(MAX_ATTEMPTS):
+        response = await api.call("POST", f"/files/{file_id}/reprocess")
+        assert response.status == 202, await response.text()
+        assert (await wait_until_processed(api, file_id))["processing"]["status"] == "done"
+    assert (await LibraryFile.get(id=file_id)).attempts > MAX_ATTEMPTS
+    # The next round's first job dies with its worker: one interruption of this round.
+    response = await api.call("POST", f"/files/{file_id}/reprocess")
+    await wait_until_processed(api, file_id)
+    await LibraryFile.filter(id=file_id).update(
+        status=ProcessingStatus.PROCESSING, updating=True, updated_at=utcnow() - timedelta(hours=1)
+    )
+
+    assert await recover_stuck_files(job_context(api)) == 1
+    done = await wait_until_processed(api, file_id)
+
+    assert done["processing"]["status"] == "done", done
 
 
 async def test_a_file_interrupted_too_often_fails(shaped_api: Api) -> None:

@@ -77,6 +77,7 @@ async def reprocess_file(jobs: JobQueue, project_id: str, file_id: str) -> Libra
         "updating": True,
         "steps": {"queued": stamp},
         "updated_at": now,
+        "attempts_before": file.attempts,  # a new round: the limits count from here
     }
     # Conditional: of two concurrent calls, one claims the file and queues its job.
     if await LibraryFile.filter(id=file.id, status=file.status, attempts=file.attempts).update(

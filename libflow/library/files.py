@@ -131,6 +131,7 @@ async def finalize_upload(
         "updating": True,
         "steps": {"queued": iso(now)},
         "updated_at": now,
+        "attempts_before": file.attempts,  # a new round: the limits count from here
     }
     # A conditional update claims the transition, so concurrent calls seal and enqueue once.
     if file.finalized_at is None:
@@ -324,12 +325,16 @@ async def remove_abandoned_uploads(storage: Storage) -> int:
     """Delete records whose upload was never finalized within 24 hours, and their bytes."""
     cutoff = utcnow() - ABANDONED_AFTER
     abandoned = await LibraryFile.filter(finalized_at=None, created_at__lt=cutoff)
+    removed = 0
     for file in abandoned:
-        await file.delete()
+        # Still unfinalized: a finalize that came in since the list was read keeps its file.
+        if not await LibraryFile.filter(id=file.id, finalized_at=None).delete():
+            continue
+        removed += 1
         try:
             await storage.delete(file.storage_key)
         except StorageError:
             logger.warning("could not delete the object of abandoned file %s", file.id)
-    if abandoned:
-        logger.info("removed %d abandoned uploads", len(abandoned))
-    return len(abandoned)
+    if removed:
+        logger.info("removed %d abandoned uploads", removed)
+    return removed

@@ -30,7 +30,8 @@ from typing import Any
 
 from tortoise.connection import get_connection
 
-from libflow.errors import ValidationFailed
+from libflow.errors import Unavailable, ValidationFailed
+from libflow.library.embeddings.interface import EmbeddingError
 from libflow.library.vectors import (
     MIN_SIMILARITY,
     MetadataValue,
@@ -334,7 +335,12 @@ async def search(
     semantic = None
     if mode != SearchMode.KEYWORD and embedder is not None:
         # The model reads a query's first max_tokens; the keyword ranking reads all of it.
-        [query_vector] = await embedder.embed([query], truncate=True)
+        try:
+            [query_vector] = await embedder.embed([query], truncate=True)
+        except EmbeddingError as err:
+            # The embedding service (OpenAI-compatible) refused or timed out: the search may
+            # be asked again, as when the database is away (503, Retry-After).
+            raise Unavailable(f"the embedding service did not answer the query: {err}") from err
         semantic = await vectors.nearest(project_id, embedder.name, query_vector, where, candidates)
     fused = fuse_rankings(keyword, semantic, fusion or DEFAULT_FUSION, asked=candidates)[:limit]
     if not fused:

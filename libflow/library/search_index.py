@@ -59,20 +59,20 @@ async def write_file_index(
     """
     async with in_transaction() as connection:
         in_column = await has_vector_column(connection)
-        # Deleted first, then the file's folder and metadata read under the write lock
-        # (SQLite) or the row's lock (PostgreSQL): a PATCH that raced this job is kept.
-        await Chunk.filter(file_id=file.id).using_db(connection).delete()
+        # The file's folder and metadata read under the write lock (SQLite) or the row's
+        # lock (PostgreSQL), so a PATCH that raced this job is kept. The row is locked
+        # before its chunks, in the order a PATCH takes them: the other order could
+        # deadlock with one on PostgreSQL.
         current = await (
             LibraryFile.filter(id=file.id)
             .using_db(connection)
             .select_for_update()
             .values("folder_id", "metadata")
         )
-        folder_id, metadata = (
-            (current[0]["folder_id"], current[0]["metadata"])
-            if current
-            else (file.folder_id, file.metadata)
-        )
+        if not current:
+            return  # deleted while it was processed: nothing of it is indexed again
+        await Chunk.filter(file_id=file.id).using_db(connection).delete()
+        folder_id, metadata = current[0]["folder_id"], current[0]["metadata"]
         rows = [
             Chunk(
                 file_id=file.id,

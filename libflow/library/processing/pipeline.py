@@ -160,7 +160,12 @@ async def process_file(
         async with _heartbeat(file):
             await _process_claimed(file, storage, embedder, job_try)
     except _LeaseLost:
-        logger.warning("file %s: another job took it over; this one stops", file_id)
+        if await LibraryFile.exists(id=file.id):
+            logger.warning("file %s: another job took it over; this one stops", file_id)
+        else:
+            # Deleted while this job ran: what the job stored after the delete removed
+            # the file's objects (its text, its thumbnail) would be kept by nothing.
+            await _remove_derived(storage, file)
     finally:
         _RUNNING_HERE[file.id] -= 1
         if _RUNNING_HERE[file.id] <= 0:
@@ -179,11 +184,11 @@ async def _claim(file_id: str, *, sole_runner: bool) -> LibraryFile | None:
             return None  # a job of this process is at it
         if not sole_runner and file.updated_at > utcnow() - STUCK_AFTER:
             return None  # a job of another worker holds a live lease on it
-        if file.attempts >= MAX_ATTEMPTS:
+        if round_attempts(file) >= MAX_ATTEMPTS:
             # Each earlier attempt died with its worker (a start-up or a redelivery brings it
             # back): the file itself may be what kills workers, so it is not tried again.
             with contextlib.suppress(_LeaseLost):
-                await _finish(file, error=_interrupted(file.attempts))
+                await _finish(file, error=_interrupted(round_attempts(file)))
             return None
     now = utcnow()
     steps = {**file.steps, "started": iso(now) or ""}
@@ -219,8 +224,8 @@ async def _process_claimed(
         await _fail(file, storage, str(err))
         return
     except ChildCrashed as err:
-        if file.attempts >= MAX_ATTEMPTS:
-            await _fail(file, storage, f"processing crashed {file.attempts} times ({err})")
+        if round_attempts(file) >= MAX_ATTEMPTS:
+            await _fail(file, storage, f"processing crashed {round_attempts(file)} times ({err})")
             return
         logger.warning("file %s: processing crashed, trying again: %s", file.id, err)
         await _back_to_pending(file)
@@ -309,6 +314,15 @@ async def _run_pipeline(file: LibraryFile, storage: Storage, embedder: Embedder 
         await _save(file, "thumbnail_key", thumbnailed=True)
 
 
+async def _remove_derived(storage: Storage, file: LibraryFile) -> None:
+    """Delete the objects processing makes of a file (its text and thumbnail)."""
+    for key in (text_key(file.project_id, file.id), thumbnail_key(file.project_id, file.id)):
+        try:
+            await storage.delete(key)
+        except StorageError:
+            logger.warning("could not delete object %s of deleted file %s", key, file.id)
+
+
 async def _fail(file: LibraryFile, storage: Storage, error: str) -> None:
     """End as failed, without the stored text an earlier attempt may have left."""
     await _finish(file, error=error)
@@ -346,6 +360,11 @@ async def _finish(file: LibraryFile, *, error: str | None) -> None:
     )
 
 
+def round_attempts(file: LibraryFile) -> int:
+    """The file's attempts since its round of processing began (a finalize, a reprocess)."""
+    return file.attempts - file.attempts_before
+
+
 def _interrupted(attempts: int) -> str:
     """The error of a file whose processing died with its worker too many times."""
     return f"processing was interrupted {attempts} times; giving up"
@@ -369,9 +388,9 @@ async def recover_stuck_files(jobs: JobQueue, stuck_after: float | None = None) 
     recovered = 0
     for file in stuck:
         cutoff = leases if file.status == ProcessingStatus.PROCESSING else queued
-        if file.attempts >= MAX_ATTEMPTS:
+        if round_attempts(file) >= MAX_ATTEMPTS:
             with contextlib.suppress(_LeaseLost):
-                await _finish(file, error=_interrupted(file.attempts))
+                await _finish(file, error=_interrupted(round_attempts(file)))
                 recovered += 1
             continue
         stamp = iso(utcnow()) or ""
