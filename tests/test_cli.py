@@ -407,6 +407,22 @@ def test_upload_of_an_unsupported_file_type_fails_in_one_line(
     assert "UNSUPPORTED_FILE_TYPE" in assert_one_line_failure(result)
 
 
+def test_a_refused_body_is_explained_field_by_field(
+    server: Server, project: tuple[str, str], tmp_path: Path
+) -> None:
+    project_id, api_key = project
+    nameless = tmp_path / "README"  # no extension: no file type to send
+    nameless.write_bytes(b"notes")
+    result = libflow(
+        server.data_dir,
+        *("upload", "--url", server.url, "--api-key", api_key, "--", project_id, str(nameless)),
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    first, *details = result.stderr.strip().splitlines()
+    assert first.startswith("libflow: ") and "400 VALIDATION_ERROR" in first
+    assert len(details) == 1 and details[0].startswith("  fileType: "), result.stderr
+
+
 class _ProxyDown(BaseHTTPRequestHandler):
     """What a reverse proxy answers while the server behind it is down."""
 

@@ -323,8 +323,11 @@ def test_list_all_follows_the_next_page_links(server: Server, project: Project) 
 
 
 def test_list_with_a_bad_date_fails_with_the_api_message(server: Server, project: Project) -> None:
-    line = assert_one_line_failure(runs(server, project, "list", "--started-after=yesterday"))
-    assert "400 VALIDATION_ERROR: invalid query: startedAfter" in line
+    result = runs(server, project, "list", "--started-after=yesterday")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    first, *details = result.stderr.strip().splitlines()
+    assert "400 VALIDATION_ERROR: invalid query: startedAfter" in first
+    assert details == ["  startedAfter: must be an ISO 8601 date and time"]
 
 
 # runs watch

@@ -21,7 +21,7 @@ from libflow.cli.admin import (
 from libflow.cli.connection import add_connection_options
 from libflow.cli.deliveries import add_deliveries_parser
 from libflow.cli.library import add_library_parsers
-from libflow.cli.output import CliError
+from libflow.cli.output import CliError, error_lines
 from libflow.cli.public_api import upload, webhooks_create, workflows_push
 from libflow.cli.runs import add_run_parser, add_runs_parser
 from libflow.client import LibflowError as ClientError
@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         asyncio.run(args.run(args))
     except (CliError, ClientError) as err:
-        print(f"libflow: {err}", file=sys.stderr)
+        first, *details = error_lines(err)
+        print(f"libflow: {first}", *details, sep="\n", file=sys.stderr)
         return 1
     except aiohttp.ClientError as err:
         print(f"libflow: cannot reach the server: {err}", file=sys.stderr)

@@ -12,6 +12,23 @@ class CliError(Exception):
     """A failure to report in one line, without a traceback."""
 
 
+def error_lines(err: Exception) -> list[str]:
+    """The line of a failure, then one ``what: problem`` line per detail the API gave.
+
+    The message names only the fields (``invalid request body: fileType``); the details
+    say what is wrong with each, and the node, field or input it is about.
+    """
+    lines = [str(err)]
+    body = getattr(err, "body", None)
+    details = body.get("details") if isinstance(body, dict) else None
+    if isinstance(details, list):
+        for detail in details:
+            if isinstance(detail, dict) and "problem" in detail:
+                what = detail.get("node") or detail.get("field") or detail.get("input")
+                lines.append(f"  {what or 'definition'}: {detail['problem']}")
+    return lines
+
+
 def print_result(data: Any, as_json: bool, text: str) -> None:
     """Print ``data`` as JSON with ``--json``, else the human-readable ``text``."""
     print(json.dumps(data) if as_json else text)

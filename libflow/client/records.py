@@ -103,7 +103,7 @@ class Run(TypedDict, total=False):
     inputs: JSON
     outputs: dict[str, JSON]
     error: dict[str, JSON] | None
-    nodeTimings: list[dict[str, JSON]]
+    nodeTimings: dict[str, dict[str, JSON]]  # node id -> {status, startedDate, ...}
     parentRunId: str | None
     startedDate: str
     finishedDate: str | None

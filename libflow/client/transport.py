@@ -68,7 +68,8 @@ class Transport:
     ) -> Answer:
         """Make the call; ApiError for an error answer, after waiting out 429s.
 
-        With ``check=False`` any answer but a 429 comes back as it is, for the caller to read.
+        With ``check=False`` any answer but the rate limiter's 429 comes back as it is, for the
+        caller to read.
         """
         for attempt in range(RATE_LIMIT_RETRIES + 1):
             try:
@@ -94,7 +95,9 @@ class Transport:
             method, url, json=json, params=params, headers=sent, allow_redirects=False
         ) as response:
             body = await json_body(response)
-            failed = response.status >= 400 if check else response.status == 429
+            # Unchecked (runsync), an answer is the run's, whatever its status, a fail
+            # node's 429 included; only the rate limiter's 429, an API error, is retried.
+            failed = response.status >= 400 if check else _rate_limited(response.status, body)
             if failed or (expect_json and body is None and response.status != 204):
                 raise answer_error(f"{method} {url}", response, body)
             return Answer(response.status, body, response.headers, response.url)
@@ -117,6 +120,10 @@ async def json_body(response: aiohttp.ClientResponse) -> Any:
         return await response.json(content_type=None)
     except ValueError:
         return None
+
+
+def _rate_limited(status: int, body: Any) -> bool:
+    return status == 429 and isinstance(body, dict) and "error" in body
 
 
 def answer_error(call: str, response: aiohttp.ClientResponse, body: Any) -> Exception:

@@ -40,7 +40,8 @@ class Webhooks:
         await self._t.call("DELETE", url, expect_json=False)
 
     async def rotate(self, webhook_id: str) -> Webhook:
-        """A new signing secret (in the answer, shown once); the old one stops verifying."""
+        """A new signing secret (in the answer, shown once); the old one still verifies
+        deliveries for 24 hours, while senders move to the new one."""
         url = self._t.api_url(f"{self._project}/webhooks/{webhook_id}/rotate")
         return cast(Webhook, (await self._t.call("POST", url)).body)
 

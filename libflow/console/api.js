@@ -187,7 +187,10 @@ export async function* runEvents(runId, { first = null, signal } = {}) {
         if (event.name === "run.finished") return;
       }
     } catch (error) {
-      if (signal?.aborted || error instanceof ApiError) throw error;
+      // A refusal is final; a server error or the rate limiter (a restart, a moment of
+      // overload) is waited out like a broken stream, within the same attempts.
+      const passing = error instanceof ApiError && (error.status >= 500 || error.status === 429);
+      if (signal?.aborted || (error instanceof ApiError && !passing)) throw error;
     }
     response = null;
     if (!currentRun) throw new ApiError(0, "NETWORK", "the run's event stream broke before it started");

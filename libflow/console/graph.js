@@ -64,8 +64,10 @@ export function drawGraph(definition, title = "Workflow graph") {
     }));
   });
 
+  // "when" may be the string or the JSON boolean: false is a branch too, not "always".
+  const branch = (edge) => (edge.when === undefined || edge.when === null ? "" : String(edge.when));
   const description = `${nodes.length} nodes: ${nodes.map((n) => `${n.id} (${n.type})`).join(", ")}. `
-    + `Edges: ${edges.map((e) => `${e.from} to ${e.to}${e.when ? ` when ${e.when}` : ""}`).join(", ") || "none"}.`;
+    + `Edges: ${edges.map((e) => `${e.from} to ${e.to}${branch(e) ? ` when ${branch(e)}` : ""}`).join(", ") || "none"}.`;
   const svg = s("svg", {
     class: "graph", viewBox: `0 0 ${width} ${Math.max(height, NODE_H + PAD * 2)}`,
     width, height: Math.max(height, NODE_H + PAD * 2), role: "img", "aria-labelledby": "graph-title graph-desc",
@@ -82,12 +84,12 @@ export function drawGraph(definition, title = "Workflow graph") {
     const [x1, y1, x2, y2] = [a.x + NODE_W / 2, a.y + NODE_H, b.x + NODE_W / 2, b.y];
     const bend = Math.max(24, (y2 - y1) / 2);
     svg.append(s("path", {
-      class: `edge${edge.when ? ` when-${edge.when}` : ""}`,
+      class: `edge${branch(edge) ? ` when-${branch(edge)}` : ""}`,
       d: `M ${x1} ${y1} C ${x1} ${y1 + bend}, ${x2} ${y2 - bend}, ${x2} ${y2}`,
       "marker-end": "url(#arrow)",
     }));
-    if (edge.when) {
-      svg.append(s("text", { class: "edge-label", x: (x1 + x2) / 2 + 4, y: (y1 + y2) / 2 }, String(edge.when)));
+    if (branch(edge)) {
+      svg.append(s("text", { class: "edge-label", x: (x1 + x2) / 2 + 4, y: (y1 + y2) / 2 }, branch(edge)));
     }
   }
   for (const node of nodes) {

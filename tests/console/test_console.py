@@ -188,6 +188,15 @@ def test_a_file_is_downloaded_described_reprocessed_and_deleted(
     assert status == 404
 
 
+def test_a_file_whose_processing_failed_is_listed_as_failed(page: Page, console: Console) -> None:
+    broken = processed(console, upload(console, "broken.pdf", b"not a pdf at all", "pdf"))
+    assert broken["processing"]["status"] == "failed"
+    # The list's items say only whether a file is processing: the console reads the rest.
+    sign_in(page, console)
+    row = page.locator(".file", has=page.get_by_role("link", name="broken.pdf"))
+    expect(row.locator(".status")).to_have_text("failed")
+
+
 def test_search_shows_the_passage_with_its_page_and_score(
     page: Page, console: Console, screenshots: Path
 ) -> None:
@@ -300,6 +309,69 @@ def test_runs_filter_by_status_and_show_node_timings(
     expect(timings.get_by_role("row", name=re.compile("boom"))).to_contain_text("failed")
     screenshot(page, screenshots, "run")
     fits_a_phone(page, screenshots, "run")
+
+
+def test_a_run_followed_live_survives_a_server_error_on_its_event_stream(
+    page: Page, console: Console
+) -> None:
+    workflow_id = create_workflow(
+        console,
+        "short wait",
+        {
+            "nodes": [
+                {"id": "start", "type": "event", "event": "run"},
+                {"id": "wait", "type": "delay", "seconds": 2},
+                {"id": "out", "type": "set_output", "name": "done", "value": "yes"},
+            ],
+            "edges": [{"from": "start", "to": "wait"}, {"from": "wait", "to": "out"}],
+        },
+    )
+    queued = call(console, "POST", f"/workflows/{workflow_id}/runs", {})
+    refused: list[str] = []
+
+    def unavailable_once(route: Any) -> None:
+        if refused:
+            route.continue_()
+            return
+        refused.append(route.request.url)
+        route.fulfill(
+            status=503,
+            headers={"Retry-After": "1"},
+            content_type="application/json",
+            body=json.dumps({"error": "UNAVAILABLE", "message": "restarting"}),
+        )
+
+    page.route("**/events", unavailable_once)
+    sign_in(page, console, f"#/runs/{queued['runId']}")
+    expect(page.get_by_text("succeeded").first).to_be_visible(timeout=PROCESSING_TIMEOUT_MS)
+    assert len(refused) == 1
+
+
+def test_a_false_branch_written_as_a_boolean_is_drawn_as_a_branch(
+    page: Page, console: Console
+) -> None:
+    workflow_id = create_workflow(
+        console,
+        "boolean branches",
+        {
+            "nodes": [
+                {"id": "start", "type": "event", "event": "run"},
+                {"id": "check", "type": "condition", "if": "{{ true }}"},
+                {"id": "yes", "type": "set_output", "name": "ok", "value": "yes"},
+                {"id": "no", "type": "set_output", "name": "ok", "value": "no"},
+            ],
+            "edges": [
+                {"from": "start", "to": "check"},
+                {"from": "check", "to": "yes", "when": True},
+                {"from": "check", "to": "no", "when": False},
+            ],
+        },
+    )
+    sign_in(page, console, f"#/workflows/{workflow_id}")
+    graph = page.get_by_role("img", name=re.compile("^Graph of boolean branches"))
+    expect(graph.locator("desc")).to_contain_text("check to no when false")
+    expect(graph.locator("path.edge.when-false")).to_have_count(1)
+    expect(graph.locator("text.edge-label")).to_have_text(["true", "false"])
 
 
 def test_replaying_a_delivery_starts_a_new_run(

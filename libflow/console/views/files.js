@@ -8,6 +8,7 @@ import {
 } from "../ui.js";
 
 const POLL_MS = 1000;
+const READS_AT_ONCE = 4;
 const PAGE = 100;
 const THUMBNAIL_TYPES = /^(image\/|application\/pdf$)/;
 const thumbnails = new Map(); // fileId -> object URL of its thumbnail, for this page's life
@@ -120,7 +121,10 @@ function newFolderForm(parent) {
 
 function statusOf(record) {
   if (record.updating) return badge("processing", record.processing?.status === "pending" ? "queued" : `processing${lastStep(record)}`);
-  if (record.processing?.status === "failed") return badge("failed", "failed");
+  // A list item says only whether the file is processing: whether it then failed is in
+  // its record (GET one), read after the list.
+  if (!record.processing) return badge("unknown", "checking");
+  if (record.processing.status === "failed") return badge("failed", "failed");
   return badge("done", "ready");
 }
 
@@ -149,6 +153,7 @@ function fileRow(record, watcher) {
   };
   show(record);
   if (record.updating) watcher.watch(record.id, show);
+  else if (!record.processing) watcher.watch(record.id, show, { now: true });
   return row;
 }
 
@@ -175,7 +180,8 @@ async function loadThumbnail(record, holder) {
   replace(holder, h("img", { src: url, alt: `Thumbnail of ${record.name}`, loading: "lazy" }));
 }
 
-// Polls the files still processing, one request each a second, until they are done.
+// Reads the record of each file listed (whether it failed) and polls the files still
+// processing, a few requests at a time, once a second, until they are done.
 class ProcessingWatcher {
   constructor(signal) {
     this.signal = signal;
@@ -184,25 +190,31 @@ class ProcessingWatcher {
     signal.addEventListener("abort", () => clearTimeout(this.timer));
   }
 
-  watch(id, onChange) {
+  watch(id, onChange, { now = false } = {}) {
     this.watched.set(id, onChange);
-    if (!this.timer) this.schedule();
+    if (!this.timer) this.schedule(now ? 0 : POLL_MS);
   }
 
-  schedule() {
-    this.timer = setTimeout(() => this.poll(), POLL_MS);
+  schedule(delay = POLL_MS) {
+    this.timer = setTimeout(() => this.poll(), delay);
   }
 
   async poll() {
-    await Promise.all([...this.watched].map(async ([id, onChange]) => {
-      try {
-        const record = await get(`/library/files/${encodeURIComponent(id)}`, { signal: this.signal });
-        onChange(record);
-        if (!record.updating) this.watched.delete(id);
-      } catch (error) {
-        if (error.status === 404) this.watched.delete(id);
+    const waiting = [...this.watched];
+    const readNext = async () => {
+      for (let next = waiting.shift(); next && !this.signal.aborted; next = waiting.shift()) {
+        const [id, onChange] = next;
+        try {
+          const record = await get(`/library/files/${encodeURIComponent(id)}`, { signal: this.signal });
+          onChange(record);
+          if (!record.updating) this.watched.delete(id);
+        } catch (error) {
+          if (error.status === 404) this.watched.delete(id);
+        }
       }
-    }));
+    };
+    // A page holds up to 100 files: a few at a time stays well inside the rate limit.
+    await Promise.all(Array.from({ length: READS_AT_ONCE }, readNext));
     this.timer = null;
     if (this.watched.size && !this.signal.aborted) this.schedule();
   }
