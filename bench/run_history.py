@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-from tortoise.backends.base.executor import EXECUTOR_CACHE
 from tortoise.connection import get_connection
 
 from bench._common import Report, Result
@@ -171,9 +170,6 @@ def run() -> Report:
         print("  SQLite", flush=True)
         report.rows.extend(_rows("SQLite", asyncio.run(_sqlite(Path(directory)))))
     print("  PostgreSQL", flush=True)
-    # Tortoise caches each model's SQL per connection name for the process: this run
-    # switches databases under the same name.
-    EXECUTOR_CACHE.clear()
     report.rows.extend(_rows("PostgreSQL", asyncio.run(_postgres())))
     report.notes.append(
         f"run history: {RUNS:,} runs of one project; each figure the median of {CALLS} pages of"

@@ -35,6 +35,18 @@ async def test_migrations_match_the_models(api: Api) -> None:
     )
 
 
+async def test_one_process_can_open_sqlite_and_then_postgresql(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    # Tortoise caches each model's INSERT by connection name: SQLite's "?" placeholders
+    # reached PostgreSQL ("syntax error at or near ','") in a benchmark run that did this.
+    async with open_database(f"sqlite://{tmp_path / 'first.sqlite3'}"):
+        await Project.create(name="on SQLite")
+    async with open_database(postgres_url):
+        project = await Project.create(name="on PostgreSQL")
+        assert await Project.get(id=project.id)
+
+
 async def test_a_restart_keeps_the_data(start_app: ClientFactory, tmp_path: Path) -> None:
     settings = base_settings(tmp_path)
     client = await start_app(settings)

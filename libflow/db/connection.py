@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tortoise import Tortoise
+from tortoise.backends.base.executor import EXECUTOR_CACHE
 from tortoise.context import TortoiseContext
 from tortoise.migrations.executor import MigrationExecutor
 
@@ -82,6 +83,11 @@ async def open_database(database_url: str) -> AsyncIterator[TortoiseContext]:
     if database_url.startswith("sqlite://") and sqlite_path != ":memory:":
         Path(sqlite_path).parent.mkdir(parents=True, exist_ok=True)
     config = tortoise_config(database_url)
+    # Tortoise caches each model's SQL by connection name, not by database, for the life of
+    # the process: one that opens SQLite and then PostgreSQL (a benchmark run, a test
+    # session) would send SQLite's "?" placeholders to PostgreSQL ("syntax error at or
+    # near ','"). A process opening a database starts without another's SQL.
+    EXECUTOR_CACHE.clear()
     ctx = await Tortoise.init(config=config, _create_db=False)
     try:
         await migrate(ctx, config)
