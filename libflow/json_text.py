@@ -15,6 +15,7 @@ import json
 import math
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -45,7 +46,7 @@ def holds_unstorable(value: Any) -> bool:
         elif isinstance(item, dict):
             pending.extend(item)
             pending.extend(item.values())
-        elif isinstance(item, list):
+        elif isinstance(item, list | tuple):
             pending.extend(item)
     return False
 
@@ -153,15 +154,26 @@ def storable(value: Any) -> Any:
 
     For text a run built (a template's literal, an HTTP header that was not UTF-8), which
     no client sent and so nothing refused where it arrived: PostgreSQL would refuse the
-    run's record, and UTF-8 cannot carry it to a watcher. Iterative, and a copy only where
-    something is replaced.
+    run's record, and UTF-8 cannot carry it to a watcher. A copy only where something is
+    replaced.
     """
-    if isinstance(value, str):
-        return _UNSTORABLE.sub("\ufffd", value) if _UNSTORABLE.search(value) else value
+    if not holds_unstorable(value):
+        return value
+    return map_text(value, lambda text: _UNSTORABLE.sub("\ufffd", text))
+
+
+def map_text(value: Any, change: Callable[[str], str]) -> Any:
+    """A copy of JSON data with ``change`` applied to every string in it, keys included.
+
+    Iterative, not recursive: values from HTTP or model answers may nest far deeper than
+    Python's recursion allows. Tuples become lists, as JSON writes them.
+    """
+
+    def scalar(item: Any) -> Any:
+        return change(item) if isinstance(item, str) else item
+
     if not isinstance(value, dict | list | tuple):
-        return value
-    if not _holds_unstorable(value):
-        return value
+        return scalar(value)
     root: dict[Any, Any] | list[Any] = {} if isinstance(value, dict) else []
     pending: list[tuple[Any, dict[Any, Any] | list[Any]]] = [(value, root)]
     while pending:
@@ -173,27 +185,12 @@ def storable(value: Any) -> Any:
                 child = {} if isinstance(item, dict) else []
                 pending.append((item, child))
             else:
-                child = storable(item)
+                child = scalar(item)
             if isinstance(copy, dict):
-                copy[storable(key)] = child
+                copy[scalar(key)] = child
             else:
                 copy.append(child)
     return root
-
-
-def _holds_unstorable(value: Any) -> bool:
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            if _UNSTORABLE.search(item):
-                return True
-        elif isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list | tuple):
-            pending.extend(item)
-    return False
 
 
 def utf8_json(value: Any) -> str:

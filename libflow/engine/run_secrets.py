@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote, quote_plus
 
 from libflow.engine.render_budget import ExpressionError
+from libflow.json_text import map_text
 
 # The sealed values of some names (None: every name) of the run's project.
 LoadSealed = Callable[[frozenset[str] | None], Awaitable[Mapping[str, str]]]
@@ -119,16 +120,19 @@ class RunSecrets:
         """``value`` with every secret read so far replaced by ``[secret:NAME]``."""
         if not self.used:
             return value
-        pattern, names = self._current_matcher()
-        result: T = _redact(value, pattern, names)
+        result: T = map_text(value, self._replacer())
         return result
 
     def redact_text(self, text: str) -> str:
         """``redact`` for one string (log lines)."""
         if not self.used:
             return text
+        return self._replacer()(text)
+
+    def _replacer(self) -> Callable[[str], str]:
+        """What replaces each secret read so far in one string (the matcher fetched once)."""
         pattern, names = self._current_matcher()
-        return pattern.sub(lambda match: f"[secret:{names[match.group(0)]}]", text)
+        return lambda text: pattern.sub(lambda match: f"[secret:{names[match.group(0)]}]", text)
 
     def _current_matcher(self) -> tuple[re.Pattern[str], dict[str, str]]:
         """One pattern of every spelling of every value read; rebuilt when one more is read."""
@@ -157,40 +161,6 @@ def _spellings(value: str) -> set[str]:
     }
     found.discard("")
     return found
-
-
-def _redact(value: Any, pattern: re.Pattern[str], names: dict[str, str]) -> Any:
-    """A copy of ``value`` with its text redacted, at any depth (an HTTP or model answer
-    may be nested far deeper than a run's own values): iterative, not recursive."""
-
-    def scalar(item: Any) -> Any:
-        if isinstance(item, str) and pattern.search(item) is not None:
-            return pattern.sub(lambda match: f"[secret:{names[match.group(0)]}]", item)
-        return item
-
-    def empty(item: Any) -> dict[Any, Any] | list[Any] | None:
-        if isinstance(item, dict):
-            return {}
-        return [] if isinstance(item, list | tuple) else None
-
-    root = empty(value)
-    if root is None:
-        return scalar(value)
-    pending: list[tuple[Any, dict[Any, Any] | list[Any]]] = [(value, root)]
-    while pending:
-        source, copy = pending.pop()
-        items = source.items() if isinstance(source, dict) else enumerate(source)
-        for key, item in items:
-            child = empty(item)
-            if child is None:
-                child = scalar(item)
-            else:
-                pending.append((item, child))
-            if isinstance(copy, dict):
-                copy[scalar(key)] = child
-            else:
-                copy.append(child)
-    return root
 
 
 def references(field: Any) -> frozenset[str] | None:
