@@ -90,7 +90,11 @@ export async function page(path, options) {
 export function nextLink(response) {
   const header = response.headers.get("Link") || "";
   const match = header.match(/<([^>]+)>\s*;\s*rel="?next"?/);
-  return match ? match[1] : null;
+  if (!match) return null;
+  // Its path and query only, called on this page's origin: behind a proxy the server may
+  // name another scheme or host, and the key goes to no origin but the console's own.
+  const next = new URL(match[1], location.origin);
+  return next.pathname + next.search;
 }
 
 // The signed URL a redirecting route (download, thumbnail) answers, without reading the bytes.

@@ -311,6 +311,40 @@ def test_runs_filter_by_status_and_show_node_timings(
     fits_a_phone(page, screenshots, "run")
 
 
+def test_more_runs_load_from_this_origin_when_the_server_names_another(
+    page: Page, console: Console
+) -> None:
+    workflow_id = create_workflow(
+        console,
+        "paged",
+        {
+            "nodes": [
+                {"id": "start", "type": "event", "event": "run"},
+                {"id": "out", "type": "set_output", "name": "ok", "value": "yes"},
+            ],
+            "edges": [{"from": "start", "to": "out"}],
+        },
+    )
+    for _ in range(2):
+        call(console, "POST", f"/workflows/{workflow_id}/runsync", {})
+    public = "https://libflow.example"
+
+    def behind_a_proxy(route: Any) -> None:
+        # Pages of one run, and a Link naming the public URL a proxy serves the API at.
+        answer = route.fetch(url=route.request.url.replace("limit=50", "limit=1"))
+        headers = dict(answer.headers)
+        if "link" in headers:
+            headers["link"] = headers["link"].replace(console.server.url, public)
+        route.fulfill(response=answer, headers=headers)
+
+    page.route(re.compile(r"/runs\?"), behind_a_proxy)
+    sign_in(page, console, f"#/runs?workflowId={workflow_id}")
+    runs = page.locator("tbody tr")
+    expect(runs).to_have_count(1)
+    page.get_by_role("button", name="Load more runs").click()
+    expect(runs).to_have_count(2)
+
+
 def test_a_run_followed_live_survives_a_server_error_on_its_event_stream(
     page: Page, console: Console
 ) -> None:
