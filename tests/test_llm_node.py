@@ -211,6 +211,34 @@ async def test_llm_delta_events_stream_the_text_in_order(
     assert run["outputs"]["answer"]["text"] == "Forty-two is the answer."
 
 
+async def test_a_secret_the_model_echoes_in_two_deltas_is_redacted_in_the_events(
+    llm_api: Api, llm_server: LlmServer
+) -> None:
+    token = "tok-7f3a9c21e8"
+    response = await llm_api.client.put(
+        f"/api/publicv1/projects/{llm_api.project_id}/secrets/TOKEN",
+        json={"value": token},
+        headers=llm_api.headers,
+    )
+    assert response.status == 204, await response.text()
+    # Each half in an event of its own (the node coalesces within 50 ms): whole in neither.
+    llm_server.reply = ["Your token is tok-7f", "3a9c21e8, keep it."]
+    llm_server.chunk_delay = 0.2
+    definition = asking(messages=[{"role": "user", "content": "Echo {{ secrets.TOKEN }}"}])
+    created = await create(llm_api, definition)
+    response = await call(
+        llm_api,
+        "POST",
+        f"/{created['workflowId']}/runsync",
+        json={"inputs": QUESTION},
+        headers={"Accept": "text/event-stream"},
+    )
+    events = await read_events(response)
+    deltas = [e.data["text"] for e in events if e.name == "llm.delta"]
+    assert "".join(deltas) == "Your token is [secret:TOKEN], keep it."
+    assert deltas[0] == "Your token is "  # sent at once: only the secret's start waits
+
+
 async def test_fast_deltas_are_coalesced_into_few_events(
     llm_api: Api, llm_server: LlmServer
 ) -> None:

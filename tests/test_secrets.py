@@ -459,6 +459,17 @@ async def test_a_sub_runs_record_shows_the_name_of_a_secret_it_was_given(
     assert_hidden(json.dumps(sub_run))
 
 
+def test_a_stream_holds_back_only_what_may_begin_a_secret() -> None:
+    secrets = RunSecrets(_no_secrets, _no_secrets)
+    assert secrets.unfinished_tail("ends with tok") == 0  # no secret read: nothing to hide
+    secrets.used["TOKEN"] = "tok-123"
+    assert secrets.unfinished_tail("ends with tok") == 3
+    assert secrets.unfinished_tail("ends with tok-12") == 6
+    assert secrets.unfinished_tail("tok-123 is whole") == 0  # redacted whole as it is
+    assert secrets.unfinished_tail("ends with t") == 1
+    assert secrets.unfinished_tail("ends with tick") == 0
+
+
 def test_a_value_is_redacted_however_deep_it_is_nested() -> None:
     secrets = RunSecrets(_no_secrets, _no_secrets)
     secrets.used["TOKEN"] = TOKEN

@@ -129,6 +129,29 @@ class RunSecrets:
             return text
         return self._replacer()(text)
 
+    def unfinished_tail(self, text: str) -> int:
+        """How many of ``text``'s last characters may be the start of a secret read so far.
+
+        A stream (a model's answer) holds them back until what follows shows whether they
+        are: a value split across two events would be whole in neither, and so redacted in
+        neither.
+        """
+        if not self.used:
+            return 0
+        _, names = self._current_matcher()
+        longest = 0
+        for spelling in names:
+            if len(spelling) < 2:
+                continue
+            tail = text[-(len(spelling) - 1) :]
+            start = tail.find(spelling[0])
+            while start != -1 and len(tail) - start > longest:
+                if spelling.startswith(tail[start:]):
+                    longest = len(tail) - start
+                    break
+                start = tail.find(spelling[0], start + 1)
+        return longest
+
     def _replacer(self) -> Callable[[str], str]:
         """What replaces each secret read so far in one string (the matcher fetched once)."""
         pattern, names = self._current_matcher()

@@ -37,6 +37,7 @@ from libflow.engine.nodes.state import (
 )
 from libflow.engine.render_budget import MAX_RUN_JSON_VALUES, json_values_bound
 from libflow.engine.run_budget import measure
+from libflow.engine.run_secrets import RunSecrets
 from libflow.engine.ssrf import MAX_RESPONSE_BYTES, RequestFailed
 from libflow.engine.value_size import TooBig
 
@@ -73,7 +74,7 @@ async def run_llm(node: Node, state: RunState) -> dict[str, Any]:
             raise NodeFailure("the API key has a control character (such as CR or LF) in it")
         headers["Authorization"] = f"Bearer {api_key}"
     url = provider.base_url.rstrip("/") + "/chat/completions"
-    deltas = _Deltas(node.id, state.listener)
+    deltas = _Deltas(node.id, state.listener, state.services.secrets)
     try:
         answer = await _complete(state, url, body, headers, deltas)
     finally:
@@ -186,9 +187,12 @@ def _is_count(value: Any) -> TypeGuard[int]:
 class _Deltas:
     """Passes the model's text on as llm.delta events, coalesced per DELTA_INTERVAL_SECONDS."""
 
-    def __init__(self, node_id: str, listener: RunListener | None) -> None:
+    def __init__(
+        self, node_id: str, listener: RunListener | None, secrets: RunSecrets | None
+    ) -> None:
         self._node_id = node_id
         self._listener = listener
+        self._secrets = secrets
         self._pending: list[str] = []
         self._sent_at = -math.inf
         self._timer: asyncio.TimerHandle | None = None
@@ -202,17 +206,27 @@ class _Deltas:
             return
         wait = self._sent_at + DELTA_INTERVAL_SECONDS - time.monotonic()
         if wait <= 0:
-            self.flush()
+            self._send_so_far()
         else:
-            self._timer = asyncio.get_running_loop().call_later(wait, self.flush)
+            self._timer = asyncio.get_running_loop().call_later(wait, self._send_so_far)
 
-    def flush(self) -> None:
-        """Send the text not sent yet."""
+    def _send_so_far(self) -> None:
+        """Send the text so far, but for a tail that may begin a secret (more is coming)."""
+        self.flush(last=False)
+
+    def flush(self, *, last: bool = True) -> None:
+        """Send the text not sent yet; unless it is the ``last``, without a secret's start."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._pending and self._listener is not None:
-            text, self._pending = "".join(self._pending), []
+        if not self._pending or self._listener is None:
+            return
+        text = "".join(self._pending)
+        # Events are redacted one by one: a secret's first characters wait for the rest.
+        held = 0 if last or self._secrets is None else self._secrets.unfinished_tail(text)
+        self._pending = [text[len(text) - held :]] if held else []
+        if held < len(text):
+            text = text[: len(text) - held]
             self._listener("llm.delta", {"node": self._node_id, "text": text}, "text")
             self._sent_at = time.monotonic()
 
