@@ -30,6 +30,7 @@ from tortoise.migrations.executor import MigrationExecutor, MigrationTarget
 from libflow.db.connection import APP_LABEL, tortoise_config
 from libflow.engine.run_secrets import RunSecrets
 from libflow.logs import JsonFormatter
+from libflow.workflows.run_events import MAX_EVENT_VALUE_CHARS, MemoryEventBus, RunEventLog
 from settings import Settings
 from tests.conftest import POSTGRES_URL, Api, ClientFactory, Shape, new_project
 from tests.run_helpers import events_of, start, wait_for_status
@@ -468,6 +469,20 @@ def test_a_stream_holds_back_only_what_may_begin_a_secret() -> None:
     assert secrets.unfinished_tail("tok-123 is whole") == 0  # redacted whole as it is
     assert secrets.unfinished_tail("ends with t") == 1
     assert secrets.unfinished_tail("ends with tick") == 0
+
+
+async def test_an_event_value_too_big_to_send_is_dropped_before_it_is_redacted() -> None:
+    redacted: list[dict[str, Any]] = []
+
+    def redact(data: dict[str, Any]) -> dict[str, Any]:
+        redacted.append(data)
+        return data
+
+    log = RunEventLog("run", redact=redact)
+    log.attach(MemoryEventBus())
+    log.emit("output", {"name": "big", "value": "x" * (MAX_EVENT_VALUE_CHARS + 1)}, "value")
+    # Not copied whole on the event loop only to be dropped.
+    assert redacted == [{"name": "big", "value": None, "truncated": True}]
 
 
 def test_a_value_is_redacted_however_deep_it_is_nested() -> None:

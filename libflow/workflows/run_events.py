@@ -117,14 +117,16 @@ class RunEventLog:
             bus.publish(self.run_id, [self._event(*item) for item in pending])
 
     def _event(self, name: str, data: dict[str, Any], value_key: str | None) -> RunEvent:
-        if self._redact is not None:
-            data = self._redact(data)
         if value_key is not None and value_key in data:
             allowed = min(MAX_EVENT_VALUE_CHARS, MAX_RUN_EVENT_CHARS - self._chars)
             try:
                 stored_size(data[value_key], max(allowed, 0))
             except TooBig:
                 data = {**data, value_key: None, "truncated": True}
+        # Redacted once measured: a value too big for an event (a node's output may be
+        # 8 MiB) is dropped, not copied whole on the event loop first.
+        if self._redact is not None:
+            data = self._redact(data)
         text = utf8_json(data)
         self._chars += len(text)
         event = RunEvent(self._next_id, name, text)
