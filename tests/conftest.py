@@ -6,7 +6,9 @@ import asyncio
 import contextvars
 import os
 import secrets
+import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -219,10 +221,38 @@ def base_settings(data_dir: Path, **overrides: Any) -> Settings:
     return Settings(**values)
 
 
+# Applies every migration to the SQLite file named by the argument, in a process of its own.
+_MIGRATE = """
+import asyncio, sys
+from libflow.db.connection import open_database
+
+async def migrate() -> None:
+    async with open_database("sqlite://" + sys.argv[1]):
+        pass
+
+asyncio.run(migrate())
+"""
+
+
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite database with every migration applied, made once per test process.
+
+    Tortoise's migrations take about a second of CPU on an empty database, and most tests
+    start a server on one: each starts from a copy of this instead (the schema the same
+    migrations make). Made in a child process, which leaves no Tortoise state in this one.
+    """
+    path = tmp_path_factory.mktemp("migrated") / "libflow.sqlite3"
+    subprocess.run([sys.executable, "-c", _MIGRATE, str(path)], check=True, timeout=300)
+    return path
+
+
 @pytest.fixture
-def embedded(tmp_path: Path) -> Shape:
+def embedded(tmp_path: Path, migrated_sqlite: Path) -> Shape:
     """The embedded default: SQLite, local storage, in-process jobs."""
-    return Shape("embedded", base_settings(tmp_path))
+    settings = base_settings(tmp_path)
+    shutil.copyfile(migrated_sqlite, settings.resolved_database_url.removeprefix("sqlite://"))
+    return Shape("embedded", settings)
 
 
 @pytest.fixture
