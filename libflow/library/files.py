@@ -23,6 +23,7 @@ from libflow.errors import (
 )
 from libflow.ids import iso, new_id, utcnow
 from libflow.jobs import Job, JobQueue
+from libflow.library.file_objects import delete_objects
 from libflow.library.filetypes import (
     DOCUMENT_TYPES,
     MIME_TYPES,
@@ -281,13 +282,8 @@ async def delete_file(storage: Storage, reads: FastReads, project_id: str, file_
     await remove_file_index(file.id, project_id)
     await file.delete()
     # Each delete also removes what a storageLink may still have staged for its key.
-    for key in (file.storage_key, file.thumbnail_key, text_key(project_id, file.id)):
-        if key is None:
-            continue
-        try:
-            await storage.delete(key)
-        except StorageError:
-            logger.warning("could not delete object %s of deleted file %s", key, file_id)
+    keys = (file.storage_key, file.thumbnail_key, text_key(project_id, file.id))
+    await delete_objects(storage, file.id, keys)
 
 
 async def file_text(

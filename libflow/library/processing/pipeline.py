@@ -24,6 +24,7 @@ from arq.worker import Retry
 from libflow.ids import iso, utcnow
 from libflow.jobs import Job, JobQueue, Lane
 from libflow.library.embeddings.interface import ESTIMATED_SIZING, Embedder, EmbeddingError
+from libflow.library.file_objects import delete_objects
 from libflow.library.filetypes import DOCUMENT_TYPES, TEXT_TYPES
 from libflow.library.processing.budgets import (
     HEARTBEAT_SECONDS,
@@ -165,7 +166,11 @@ async def process_file(
         else:
             # Deleted while this job ran: what the job stored after the delete removed
             # the file's objects (its text, its thumbnail) would be kept by nothing.
-            await _remove_derived(storage, file)
+            await delete_objects(
+                storage,
+                file.id,
+                (text_key(file.project_id, file.id), thumbnail_key(file.project_id, file.id)),
+            )
     finally:
         _RUNNING_HERE[file.id] -= 1
         if _RUNNING_HERE[file.id] <= 0:
@@ -314,23 +319,11 @@ async def _run_pipeline(file: LibraryFile, storage: Storage, embedder: Embedder 
         await _save(file, "thumbnail_key", thumbnailed=True)
 
 
-async def _remove_derived(storage: Storage, file: LibraryFile) -> None:
-    """Delete the objects processing makes of a file (its text and thumbnail)."""
-    for key in (text_key(file.project_id, file.id), thumbnail_key(file.project_id, file.id)):
-        try:
-            await storage.delete(key)
-        except StorageError:
-            logger.warning("could not delete object %s of deleted file %s", key, file.id)
-
-
 async def _fail(file: LibraryFile, storage: Storage, error: str) -> None:
     """End as failed, without the stored text an earlier attempt may have left."""
     await _finish(file, error=error)
     if file.file_type in TEXT_TYPES:
-        try:
-            await storage.delete(text_key(file.project_id, file.id))
-        except StorageError:
-            logger.warning("could not delete the stored text of failed file %s", file.id)
+        await delete_objects(storage, file.id, [text_key(file.project_id, file.id)])
 
 
 async def _finish(file: LibraryFile, *, error: str | None) -> None:
