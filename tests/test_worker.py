@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from arq.connections import ArqRedis
@@ -163,5 +164,32 @@ async def test_a_job_start_cut_by_redis_gives_its_slot_back(
 
         assert worker.job_counter == 0
         assert not worker.sem.locked()
+    finally:
+        await pool.aclose()
+
+
+async def test_a_worker_stopped_with_a_job_cut_off_closes_all_the_same(
+    tmp_path: Path, redis_url: str
+) -> None:
+    options = worker_settings(base_settings(tmp_path, redis_url=redis_url))
+    closed: list[bool] = []
+
+    async def closing(ctx: dict[str, Any]) -> None:
+        await shutdown(ctx)
+        closed.append(True)
+
+    worker = LibflowWorker(**{**options, "on_shutdown": closing}, handle_signals=False)
+    polling = asyncio.create_task(worker.main(), context=contextvars.Context())
+    pool = ArqRedis.from_url(redis_url)
+    try:
+        while not await pool.exists(worker.health_check_key):
+            await asyncio.sleep(0.05)
+        # A job whose task ends cancelled, not through arq's handling of a cancelled job.
+        worker.tasks["cut-off"] = asyncio.create_task(asyncio.sleep(60))
+        polling.cancel()
+        await asyncio.gather(polling, return_exceptions=True)
+        await asyncio.create_task(worker.close(), context=contextvars.Context())
+        assert not await pool.exists(worker.health_check_key)  # /readyz counts it no more
+        assert closed == [True]  # the database and the preparation server closed
     finally:
         await pool.aclose()

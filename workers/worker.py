@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import signal
 import time
 from contextlib import AsyncExitStack
 from typing import Any
@@ -169,6 +170,21 @@ class LibflowWorker(Worker):
             self.job_counter -= 1
             self.sem.release()
             raise
+
+    async def close(self) -> None:
+        """arq's, carried to its end when a job cut off by the stop ends cancelled.
+
+        arq cancels the running jobs, then gathers them without ``return_exceptions``: a
+        job cancelled outside arq's own handling (a periodic sweep) re-raised its
+        CancelledError there, and close() stopped before it deleted the health-check key
+        (/readyz went on counting the worker) and before on_shutdown closed the database
+        and the preparation server.
+        """
+        if not self._handle_signals:
+            self.handle_sig(signal.SIGUSR1)
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        self.tasks.clear()  # all ended: how is no concern of what follows
+        await super().close()
 
 
 def wait_for_redis(url: str) -> None:
