@@ -118,6 +118,18 @@ class OpenVinoSession:
             self._requests.put(compiled.create_infer_request())
         self._output = compiled.output(OUTPUT)
         self.input_names = frozenset(name for i in compiled.inputs for name in i.get_names())
+        # OpenVINO's binding sets numpy's C API up on first use, inside a function-local
+        # static that waits for the GIL: two threads inferring first at once deadlock (one
+        # holds the GIL and waits for the static, the other the reverse), and the whole
+        # process freezes for good (pybind11 #4877). It froze a test run; a script racing 8
+        # threads on a new session froze 1 time in 30. One inference here, before any
+        # caller can share the session, sets it up.
+        self.last_hidden_state(
+            {
+                port.get_any_name(): np.ones((1, width_step), port.get_element_type().to_dtype())
+                for port in compiled.inputs
+            }
+        )
 
     def last_hidden_state(self, feed: dict[str, np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
         """The token vectors of a batch (a copy: the request's buffers are reused)."""
