@@ -173,6 +173,18 @@ async def test_one_call_split_across_batches_at_once_gets_its_rows_in_order() ->
     assert sorted(row for batch in model.batches for row in batch) == sorted(items)
 
 
+async def test_a_call_made_as_the_last_one_ends_is_run() -> None:
+    model = Model()
+    model.release.set()
+    shared = batcher(model)
+    await shared.embed([30])
+    # Called in this task's very turn (no task of its own, as wait_for would make), while
+    # the runner that served the first call has ended: it must not count as running.
+    async with asyncio.timeout(5):
+        second = await shared.embed([40])
+    assert second[:, 0].tolist() == [40]
+
+
 async def test_a_failed_batch_fails_its_call_while_another_batch_of_it_runs() -> None:
     model = Model(fail_on=256)
     model.release.set()

@@ -144,6 +144,12 @@ class Batcher(Generic[Item]):
                             EmbeddingError("the embedder stopped", transient=True)
                         )
             raise
+        finally:
+            # Now, not in the done callback (a loop turn later): a call made meanwhile
+            # found this runner still counted, started none, and waited for good.
+            runner = asyncio.current_task()
+            if runner is not None:
+                self._runners.discard(runner)
 
     def _next_line(self) -> deque[_Call[Item]] | None:
         """The line with rows to run, queries first (its finished calls dropped), or None."""
