@@ -460,15 +460,21 @@ async def test_a_sub_runs_record_shows_the_name_of_a_secret_it_was_given(
     assert_hidden(json.dumps(sub_run))
 
 
-def test_a_stream_holds_back_only_what_may_begin_a_secret() -> None:
+def test_a_stream_holds_back_only_what_may_begin_or_split_a_secret() -> None:
     secrets = RunSecrets(_no_secrets, _no_secrets)
-    assert secrets.unfinished_tail("ends with tok") == 0  # no secret read: nothing to hide
+    assert secrets.sendable("ends with tok") == 13  # no secret read: all of it goes
     secrets.used["TOKEN"] = "tok-123"
-    assert secrets.unfinished_tail("ends with tok") == 3
-    assert secrets.unfinished_tail("ends with tok-12") == 6
-    assert secrets.unfinished_tail("tok-123 is whole") == 0  # redacted whole as it is
-    assert secrets.unfinished_tail("ends with t") == 1
-    assert secrets.unfinished_tail("ends with tick") == 0
+    assert secrets.sendable("ends with tok") == 10
+    assert secrets.sendable("ends with tok-12") == 10
+    assert secrets.sendable("tok-123 is whole") == 16  # redacted whole as it is
+    assert secrets.sendable("ends with t") == 10
+    assert secrets.sendable("ends with tick") == 14
+    # A whole value whose end may begin another: cut before it, not inside it.
+    secrets.used["ECHO"] = "abca"
+    assert secrets.sendable("xxabca") == 2
+    assert secrets.sendable("say abcab") == 4
+    secrets.used["PATH"] = "a/b/a"  # its percent-encoded spelling too
+    assert secrets.sendable("url=a%2Fb%2Fa") == 4
 
 
 async def test_an_event_value_too_big_to_send_is_dropped_before_it_is_redacted() -> None:
@@ -483,6 +489,17 @@ async def test_an_event_value_too_big_to_send_is_dropped_before_it_is_redacted()
     log.emit("output", {"name": "big", "value": "x" * (MAX_EVENT_VALUE_CHARS + 1)}, "value")
     # Not copied whole on the event loop only to be dropped.
     assert redacted == [{"name": "big", "value": None, "truncated": True}]
+
+
+async def test_an_event_value_that_redaction_makes_too_big_is_dropped() -> None:
+    secrets = RunSecrets(_no_secrets, _no_secrets)
+    secrets.used["X"] = "q"  # one character: replaced wherever it occurs
+    bus = MemoryEventBus()
+    log = RunEventLog("run", redact=secrets.redact)
+    log.attach(bus)
+    log.emit("output", {"name": "big", "value": "q" * (MAX_EVENT_VALUE_CHARS // 2)}, "value")
+    [event] = await bus.read("run", 0, 0)
+    assert json.loads(event.data) == {"name": "big", "value": None, "truncated": True}
 
 
 def test_a_value_is_redacted_however_deep_it_is_nested() -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import signal
 import time
 from contextlib import AsyncExitStack
 from typing import Any
@@ -180,9 +179,12 @@ class LibflowWorker(Worker):
         (/readyz went on counting the worker) and before on_shutdown closed the database
         and the preparation server.
         """
-        if not self._handle_signals:
-            self.handle_sig(signal.SIGUSR1)
-        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        tasks = list(self.tasks.values())
+        for task in tasks:
+            task.cancel()  # as arq's handle_sig does (arq's close() logs the stop)
+        for ended in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(ended, Exception):  # not a cancel: a fault, shown
+                logger.error("a job failed as the worker stopped", exc_info=ended)
         self.tasks.clear()  # all ended: how is no concern of what follows
         await super().close()
 

@@ -129,28 +129,36 @@ class RunSecrets:
             return text
         return self._replacer()(text)
 
-    def unfinished_tail(self, text: str) -> int:
-        """How many of ``text``'s last characters may be the start of a secret read so far.
+    def sendable(self, text: str) -> int:
+        """How much of ``text``, a stream's next part, may be sent now (redacted as usual).
 
-        A stream (a model's answer) holds them back until what follows shows whether they
-        are: a value split across two events would be whole in neither, and so redacted in
-        neither.
+        A stream (a model's answer) sends its text in parts, each redacted alone: a value
+        split across two parts would be whole in neither, and redacted in neither. So the
+        part ends before a tail that may begin a secret read so far (what follows shows
+        whether it does), and before a whole secret that such a cut would split.
         """
         if not self.used:
-            return 0
+            return len(text)
         _, names = self._current_matcher()
-        longest = 0
+        cut = len(text)
         for spelling in names:
             if len(spelling) < 2:
                 continue
-            tail = text[-(len(spelling) - 1) :]
-            start = tail.find(spelling[0])
-            while start != -1 and len(tail) - start > longest:
-                if spelling.startswith(tail[start:]):
-                    longest = len(tail) - start
+            tail_start = max(0, len(text) - len(spelling) + 1)
+            start = text.find(spelling[0], tail_start)
+            while start != -1 and start < cut:
+                if spelling.startswith(text[start:]):
+                    cut = start
                     break
-                start = tail.find(spelling[0], start + 1)
-        return longest
+                start = text.find(spelling[0], start + 1)
+        moved = True
+        while moved:  # each move is back: it ends
+            moved = False
+            for spelling in names:
+                found = text.find(spelling, max(0, cut - len(spelling) + 1))
+                if found != -1 and found < cut:  # a whole value the cut would split
+                    cut, moved = found, True
+        return cut
 
     def _replacer(self) -> Callable[[str], str]:
         """What replaces each secret read so far in one string (the matcher fetched once)."""

@@ -117,21 +117,29 @@ class RunEventLog:
             bus.publish(self.run_id, [self._event(*item) for item in pending])
 
     def _event(self, name: str, data: dict[str, Any], value_key: str | None) -> RunEvent:
-        if value_key is not None and value_key in data:
-            allowed = min(MAX_EVENT_VALUE_CHARS, MAX_RUN_EVENT_CHARS - self._chars)
-            try:
-                stored_size(data[value_key], max(allowed, 0))
-            except TooBig:
-                data = {**data, value_key: None, "truncated": True}
+        data = self._within_limits(data, value_key)
         # Redacted once measured: a value too big for an event (a node's output may be
-        # 8 MiB) is dropped, not copied whole on the event loop first.
+        # 8 MiB) is dropped, not copied whole on the event loop first. Measured again
+        # after (at most an event's worth): "[secret:NAME]" may be far longer than the
+        # value it replaces (one of two characters is replaced wherever it occurs).
         if self._redact is not None:
-            data = self._redact(data)
+            data = self._within_limits(self._redact(data), value_key)
         text = utf8_json(data)
         self._chars += len(text)
         event = RunEvent(self._next_id, name, text)
         self._next_id += 1
         return event
+
+    def _within_limits(self, data: dict[str, Any], value_key: str | None) -> dict[str, Any]:
+        """``data``, its ``value_key`` dropped (``truncated``) when over what an event holds."""
+        if value_key is None or value_key not in data:
+            return data
+        allowed = min(MAX_EVENT_VALUE_CHARS, MAX_RUN_EVENT_CHARS - self._chars)
+        try:
+            stored_size(data[value_key], max(allowed, 0))
+        except TooBig:
+            return {**data, value_key: None, "truncated": True}
+        return data
 
 
 def parse_last_event_id(value: str | None) -> int:

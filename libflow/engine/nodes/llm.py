@@ -223,10 +223,10 @@ class _Deltas:
             return
         text = "".join(self._pending)
         # Events are redacted one by one: a secret's first characters wait for the rest.
-        held = 0 if last or self._secrets is None else self._secrets.unfinished_tail(text)
-        self._pending = [text[len(text) - held :]] if held else []
-        if held < len(text):
-            text = text[: len(text) - held]
+        cut = len(text) if last or self._secrets is None else self._secrets.sendable(text)
+        self._pending = [text[cut:]] if cut < len(text) else []
+        if cut:
+            text = text[:cut]
             self._listener("llm.delta", {"node": self._node_id, "text": text}, "text")
             self._sent_at = time.monotonic()
 

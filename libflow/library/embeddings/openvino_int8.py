@@ -124,12 +124,12 @@ class OpenVinoSession:
         # process freezes for good (pybind11 #4877). It froze a test run; a script racing 8
         # threads on a new session froze 1 time in 30. One inference here, before any
         # caller can share the session, sets it up.
-        self.last_hidden_state(
-            {
-                port.get_any_name(): np.ones((1, width_step), port.get_element_type().to_dtype())
-                for port in compiled.inputs
-            }
-        )
+        warm_up = {}
+        for port in compiled.inputs:
+            name = port.get_any_name()
+            value = 0 if name == "token_type_ids" else 1  # segment 0: every model has one
+            warm_up[name] = np.full((1, width_step), value, port.get_element_type().to_dtype())
+        self.last_hidden_state(warm_up)
 
     def last_hidden_state(self, feed: dict[str, np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
         """The token vectors of a batch (a copy: the request's buffers are reused)."""
