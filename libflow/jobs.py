@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
@@ -354,6 +355,24 @@ async def drain(queue: Drain[_Claimed], *, job_id: str, job_try: int) -> None:
             await asyncio.gather(*running, return_exceptions=True)
 
 
+def _keepalive_options() -> dict[int, int]:
+    """TCP keepalive timings: the first probe after 10 s idle, then 3 every 5 s (Linux)."""
+    wanted = {"TCP_KEEPIDLE": 10, "TCP_KEEPINTVL": 5, "TCP_KEEPCNT": 3}
+    return {getattr(socket, name): value for name, value in wanted.items() if hasattr(socket, name)}
+
+
+# The connection options of the long-lived Redis clients (the event bus, cancels, the job
+# queue). redis-py sets no read timeout by default, and one would break the long reads
+# (an event stream's XREAD BLOCK, the cancel channel's subscription): a Redis host that
+# vanishes without a reset (a failover, a lost VM) left such a read waiting for good.
+# Keepalive probes find the dead peer in about 25 s, and the read fails as an outage.
+REDIS_CONNECTION_OPTIONS: Final[dict[str, Any]] = {
+    "socket_connect_timeout": 2,
+    "socket_keepalive": True,
+    "socket_keepalive_options": _keepalive_options(),
+}
+
+
 @asynccontextmanager
 async def open_arq_pool(url: str) -> AsyncIterator[ArqRedis]:
     """An arq pool with libflow's JSON serializer, closed on exit.
@@ -362,7 +381,7 @@ async def open_arq_pool(url: str) -> AsyncIterator[ArqRedis]:
     API starts while Redis is down, answers 503 where it needs the queue, reports it in
     /readyz, and recovers by itself when Redis is back.
     """
-    pool = ArqRedis.from_url(url, socket_connect_timeout=2)
+    pool = ArqRedis.from_url(url, **REDIS_CONNECTION_OPTIONS)
     pool.job_serializer = serialize_job
     pool.job_deserializer = deserialize_job
     try:

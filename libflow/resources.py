@@ -22,6 +22,7 @@ from libflow.db.fast_reads import FastReads
 from libflow.engine import NodeServices
 from libflow.freed_memory import releasing_freed_memory
 from libflow.jobs import (
+    REDIS_CONNECTION_OPTIONS,
     ArqJobQueue,
     InProcessJobQueue,
     JobFunctions,
@@ -101,7 +102,7 @@ async def open_resources(
         )
         redis: Redis | None = None
         if settings.redis_url:
-            redis = Redis.from_url(settings.redis_url, socket_connect_timeout=2)
+            redis = Redis.from_url(settings.redis_url, **REDIS_CONNECTION_OPTIONS)
             stack.push_async_callback(redis.aclose)
         # A group of API processes (--workers) without Redis shares run events in the data dir.
         group_dir = settings.data_dir if settings.workers > 1 else None

@@ -10,6 +10,7 @@ import json
 import logging
 import re
 import shutil
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,8 +22,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
+from libflow.jobs import ArqJobQueue
 from libflow.logs import JsonFormatter
 from libflow.metrics import HttpMetrics
+from libflow.resources import open_resources
 from tests.conftest import (
     Api,
     ClientFactory,
@@ -343,3 +346,19 @@ async def test_start_up_objects_are_kept_out_of_the_cyclic_gc(
     await start_app(base_settings(tmp_path))
 
     assert gc.get_freeze_count() > 0
+
+
+async def test_redis_connections_probe_a_peer_that_may_have_vanished(scaled: Shape) -> None:
+    # A blocked read (an event stream's XREAD, the cancel channel) on a Redis host gone
+    # without a reset would wait for good: TCP keepalive finds the dead peer instead.
+    async with open_resources(scaled.settings) as resources:
+        assert resources.redis is not None and isinstance(resources.jobs, ArqJobQueue)
+        for client in (resources.redis, resources.jobs.pool):
+            await client.ping()
+            connection = await client.connection_pool.get_connection()
+            try:
+                sock = connection._writer.transport.get_extra_info("socket")
+                assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 10
+            finally:
+                await client.connection_pool.release(connection)
