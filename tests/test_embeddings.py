@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from aiohttp.test_utils import unused_port
 
-from libflow.library.embeddings import open_embedder
+from libflow.library.embeddings import local, open_embedder
 from libflow.library.embeddings.interface import EmbeddingError, Vectors
 from libflow.library.embeddings.local import LocalBackend, LocalEmbedder
 from libflow.library.embeddings.onnx_export import exported_model
@@ -579,3 +579,13 @@ async def test_without_the_semantic_extra_search_is_keyword_only(
 
 def test_openai_api_key_stays_out_of_the_settings_repr() -> None:
     assert "sk-secret" not in repr(Settings(openai_api_key="sk-secret"))
+
+
+@pytest.mark.usefixtures("semantic_search")
+async def test_an_export_that_does_not_end_is_stopped_and_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A hung export would hold the model cache's lock, and every process's start, for good.
+    monkeypatch.setattr(local, "EXPORT_TIMEOUT_SECONDS", 0.5)  # the child only starts
+    with pytest.raises(SettingsError, match=r"did not end within 0\.5 s"):
+        await LocalEmbedder.open(backend="onnx", cache_dir=tmp_path)

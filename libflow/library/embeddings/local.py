@@ -66,6 +66,9 @@ DEFAULT_BATCH_SIZE = 16
 EXPORT_REFUSED = 3
 # Its exit status when a module is missing (the module's name on stderr's last line).
 EXPORT_MISSING_MODULE = 4
+# An export takes a minute or two (the int8 calibration longest); a child still at it after
+# this has hung, and every process sharing the model cache waits for its lock meanwhile.
+EXPORT_TIMEOUT_SECONDS = 1800
 # What the export imports, in the order an export in this process would have.
 _EXPORT_MODULES = ("sentence_transformers", "torch", "transformers", "onnx", "onnxruntime")
 _OPENVINO_MODULES = ("openvino", "nncf")
@@ -306,7 +309,15 @@ def export_in_child(location: str, directory: Path, *, kind: ExportKind) -> Expo
         str(directory),
         kind,
     ]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)  # noqa: S603
+    try:
+        done = subprocess.run(  # noqa: S603
+            command, capture_output=True, text=True, check=False, timeout=EXPORT_TIMEOUT_SECONDS
+        )
+    except subprocess.TimeoutExpired:  # the child is killed
+        raise SettingsError(
+            f"exporting embedding model {location!r} ({kind}) did not end within "
+            f"{EXPORT_TIMEOUT_SECONDS} s: it was stopped"
+        ) from None
     lines = done.stdout.strip().splitlines()
     if done.returncode in (EXPORT_REFUSED, EXPORT_MISSING_MODULE):
         reason = done.stderr.strip().splitlines()[-1]
