@@ -188,6 +188,19 @@ async def test_a_content_that_renders_to_a_value_is_sent_as_json_text(
 # Streaming
 
 
+async def runsync_deltas(api: Api, workflow_id: str) -> tuple[list[Any], list[str]]:
+    """A runsync of QUESTION with its events streamed: the events, and the deltas' texts."""
+    response = await call(
+        api,
+        "POST",
+        f"/{workflow_id}/runsync",
+        json={"inputs": QUESTION},
+        headers={"Accept": "text/event-stream"},
+    )
+    events = await read_events(response)
+    return events, [e.data["text"] for e in events if e.name == "llm.delta"]
+
+
 async def test_llm_delta_events_stream_the_text_in_order(
     shaped_llm_api: Api, llm_server: LlmServer
 ) -> None:
@@ -226,15 +239,7 @@ async def test_a_secret_the_model_echoes_in_two_deltas_is_redacted_in_the_events
     llm_server.chunk_delay = 0.2
     definition = asking(messages=[{"role": "user", "content": "Echo {{ secrets.TOKEN }}"}])
     created = await create(llm_api, definition)
-    response = await call(
-        llm_api,
-        "POST",
-        f"/{created['workflowId']}/runsync",
-        json={"inputs": QUESTION},
-        headers={"Accept": "text/event-stream"},
-    )
-    events = await read_events(response)
-    deltas = [e.data["text"] for e in events if e.name == "llm.delta"]
+    _, deltas = await runsync_deltas(llm_api, created["workflowId"])
     assert "".join(deltas) == "Your token is [secret:TOKEN], keep it."
     assert deltas[0] == "Your token is "  # sent at once: only the secret's start waits
 
@@ -244,15 +249,7 @@ async def test_fast_deltas_are_coalesced_into_few_events(
 ) -> None:
     llm_server.reply = [f"w{i} " for i in range(300)]
     created = await create(llm_api, asking())
-    response = await call(
-        llm_api,
-        "POST",
-        f"/{created['workflowId']}/runsync",
-        json={"inputs": QUESTION},
-        headers={"Accept": "text/event-stream"},
-    )
-    events = await read_events(response)
-    deltas = [e.data["text"] for e in events if e.name == "llm.delta"]
+    events, deltas = await runsync_deltas(llm_api, created["workflowId"])
     assert "".join(deltas) == "".join(llm_server.reply)
     assert 1 <= len(deltas) < 30
     assert events[-1].name == "run.finished"
