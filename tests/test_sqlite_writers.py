@@ -10,17 +10,23 @@ import contextlib
 import fcntl
 import sqlite3
 import threading
+from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 
+import pytest
 from tortoise import connections
 from tortoise.transactions import in_transaction
 
-from libflow.db.connection import SQLITE_BUSY_TIMEOUT_MS
 from libflow.db.group_commit import commit_together, insert_together
+from libflow.db.sqlite_engine import SQLITE_BUSY_TIMEOUT_MS, WriterLock
 from libflow.ids import new_id
 from libflow.models import Project
 from tests.conftest import Api, Shape
+from tests.library_helpers import assert_error
+from tests.workflow_helpers import call, chain, create, ok_json, output, runs_of, runsync
+
+ONE_NODE = chain(output("answer", 42))
 
 
 def database(embedded: Shape) -> Path:
@@ -148,3 +154,67 @@ async def test_a_cancelled_insert_still_lets_go_of_the_writer_lock(
         await asyncio.sleep(0.05)
     assert await Project.exists(id=row.id)
     assert writer_lock_is_free(embedded)
+
+
+@contextlib.contextmanager
+def frozen_writer(embedded: Shape, wait_seconds: float) -> Iterator[None]:
+    """Another process holds libflow's writer lock and does not let go (it is stopped);
+    this process waits ``wait_seconds`` for the lock before it gives up."""
+    lock = connections.get("default").writer_lock
+    with writer_lock_path(embedded).open("a") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        before, lock.timeout_seconds = lock.timeout_seconds, wait_seconds
+        try:
+            yield
+        finally:
+            lock.timeout_seconds = before
+
+
+async def test_a_write_behind_a_frozen_writer_answers_503_after_busy_timeout(api: Api) -> None:
+    with frozen_writer(api.shape, 0.05):
+        response = await call(api, "POST", "", json={"name": "flow", "definition": ONE_NODE})
+        await assert_error(response, 503, "UNAVAILABLE")
+
+    # Nothing of it was written, and the next write goes through.
+    assert await ok_json(await call(api, "GET", "")) == []
+    await create(api, ONE_NODE)
+
+
+async def test_a_runsync_behind_a_frozen_writer_answers_503_and_records_no_run(api: Api) -> None:
+    created = await create(api, ONE_NODE)
+    with frozen_writer(api.shape, 0.05):
+        status, body = await runsync(api, created["workflowId"])
+        assert (status, body["error"]) == (503, "UNAVAILABLE"), body
+
+    assert await runs_of(api, created["workflowId"]) == []
+    status, _ = await runsync(api, created["workflowId"])
+    assert status == 200
+    assert len(await runs_of(api, created["workflowId"])) == 1
+
+
+async def test_a_wait_given_up_on_lets_go_of_the_lock_once_it_is_granted(tmp_path: Path) -> None:
+    path = tmp_path / "db-writer.lock"
+    lock = WriterLock(path, timeout_seconds=0.05)
+    try:
+        with path.open("a") as other:
+            fcntl.flock(other, fcntl.LOCK_EX)
+            with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+                await lock.acquire()
+            with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+                await asyncio.to_thread(lock.acquire_blocking)
+            fcntl.flock(other, fcntl.LOCK_UN)
+
+            # The kernel grants the abandoned waits the lock now; they let go of it at once.
+            for _ in range(100):
+                try:
+                    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    await asyncio.sleep(0.01)
+            else:
+                raise AssertionError("a wait given up on kept the writer lock")
+            fcntl.flock(other, fcntl.LOCK_UN)
+        await lock.acquire()
+        lock.release()
+    finally:
+        lock.close()

@@ -12,11 +12,11 @@ from tortoise.backends.base.executor import EXECUTOR_CACHE
 from tortoise.context import TortoiseContext
 from tortoise.migrations.executor import MigrationExecutor
 
+from libflow.db.sqlite_engine import SQLITE_BUSY_TIMEOUT_MS
+
 APP_LABEL = "models"
 # Any constant works: it only has to be the same in every libflow process.
 _MIGRATION_LOCK_ID = 0x6C6962666C6F77
-# Far longer than any transaction of libflow holds the lock (milliseconds).
-SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
 def tortoise_config(database_url: str) -> dict[str, Any]:

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
-import sqlite3
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -30,7 +28,7 @@ from tortoise.models import Model
 from tortoise.transactions import in_transaction
 
 from libflow.db.new_rows import insert_statement
-from libflow.db.outages import dependency_down
+from libflow.db.outages import dependency_down, sqlite_busy
 from libflow.db.sqlite_engine import ImmediateSqliteClient
 
 logger = logging.getLogger("libflow.group_commit")
@@ -43,7 +41,6 @@ MAX_BATCH = 256
 # A batch that finds SQLite locked by another process (past its busy_timeout) is tried again.
 SQLITE_BUSY_TRIES = 5
 SQLITE_BUSY_BACKOFF_SECONDS = 0.05
-_BUSY_MESSAGES = re.compile(r"database is locked|database table is locked|database is busy")
 
 
 class GroupCommit:
@@ -211,7 +208,7 @@ def _sqlite_busy(err: BaseException) -> bool:
     current: BaseException | None = err
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, sqlite3.OperationalError) and _BUSY_MESSAGES.search(str(current)):
+        if sqlite_busy(current):
             return True
         current = current.__cause__ or current.__context__
     return False

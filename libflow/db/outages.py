@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import sqlite3
+
 from asyncpg.exceptions import (
     AdminShutdownError,
     CannotConnectNowError,
@@ -29,6 +32,16 @@ DEPENDENCY_DOWN: tuple[type[BaseException], ...] = (
 )
 
 
+# SQLite's SQLITE_BUSY: another process held the write lock past busy_timeout. Nothing was
+# written; the database is as good as away for this request, which may be tried again.
+_SQLITE_BUSY = re.compile(r"database is locked|database table is locked|database is busy")
+
+
+def sqlite_busy(err: BaseException) -> bool:
+    """Whether ``err`` itself is SQLite's "database is locked"."""
+    return isinstance(err, sqlite3.OperationalError) and bool(_SQLITE_BUSY.search(str(err)))
+
+
 # What cleaning up after a dropped connection raises: rolling back the transaction of a
 # connection PostgreSQL closed fails with asyncpg's "the underlying connection is closed".
 _CLEANUP_ERRORS: tuple[type[BaseException], ...] = (InterfaceError, TransactionManagementError)
@@ -44,7 +57,7 @@ def dependency_down(err: BaseException) -> bool:
     seen: set[int] = set()
     current: BaseException | None = err
     while current is not None and id(current) not in seen:
-        if isinstance(current, DEPENDENCY_DOWN):
+        if isinstance(current, DEPENDENCY_DOWN) or sqlite_busy(current):
             return True
         seen.add(id(current))
         if current.__cause__ is not None:

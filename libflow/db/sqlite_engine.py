@@ -28,7 +28,10 @@ import contextlib
 import fcntl
 import os
 import sqlite3
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeoutError
 from pathlib import Path
 from typing import Any
 
@@ -41,45 +44,121 @@ from tortoise.backends.sqlite.client import (
 from tortoise.connection import get_connections
 from tortoise.exceptions import TransactionManagementError
 
+# How long a writer waits for another process (SQLite's busy_timeout, and the writer
+# lock's): far longer than any transaction of libflow holds the lock (milliseconds).
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
 
 class WriterLock:
     """An exclusive ``flock`` on ``<database>-writer.lock``, taken by one transaction at a
-    time of each client (Tortoise runs a client's transactions one after another)."""
+    time of each client (Tortoise runs a client's transactions one after another).
 
-    def __init__(self, path: Path) -> None:
+    A wait lasts at most ``timeout_seconds`` (SQLite's ``busy_timeout``), then fails as
+    SQLite's own would, "database is locked": a process frozen while it holds the lock
+    (stopped, or stuck on a dead disk) must not freeze every other process with it.
+    ``flock`` itself cannot time out, so the wait runs on a thread of the lock's own and
+    is given up on: when the kernel grants it later, that thread lets go at once. One
+    such thread per lock, so waits given up on never pile up threads; it waits on a
+    second descriptor of the file, so that the kernel keeps the lock it holds meanwhile
+    from this process's other descriptor too (locks of one descriptor do not conflict).
+    """
+
+    def __init__(self, path: Path, timeout_seconds: float) -> None:
+        self.timeout_seconds = timeout_seconds
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        self._waiting_fd = os.open(path, os.O_RDWR)
+        self._holding: int | None = None
+        self._waiter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-writer")
 
     async def acquire(self) -> None:
-        """Take the lock; wait in a thread (the loop goes on) while another process has it."""
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        """Take the lock; wait on the lock's thread (the loop goes on) while another
+        process has it."""
+        if self._take_now():
             return
-        except BlockingIOError:
-            pass
-        taking = asyncio.ensure_future(asyncio.to_thread(fcntl.flock, self._fd, fcntl.LOCK_EX))
+        wait = _Wait()
         try:
-            await asyncio.shield(taking)
+            await asyncio.wait_for(
+                asyncio.wrap_future(self._waiter.submit(self._wait_for, wait)),
+                self.timeout_seconds,
+            )
+        except TimeoutError:
+            if not wait.give_up():
+                raise _locked(self.timeout_seconds) from None
         except asyncio.CancelledError:
-            # The thread takes the lock anyway: let go of it then, or no process writes again.
-            taking.add_done_callback(self._release_once_taken)
+            if wait.give_up():
+                self.release()  # granted as the caller went away: let the next writer in
             raise
+        self._holding = self._waiting_fd
 
     def acquire_blocking(self) -> None:
         """Take the lock, blocking this thread (aiosqlite's, in ``insert_in_one_call``)."""
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        if self._take_now():
+            return
+        wait = _Wait()
+        try:
+            self._waiter.submit(self._wait_for, wait).result(self.timeout_seconds)
+        except FuturesTimeoutError:
+            if not wait.give_up():
+                raise _locked(self.timeout_seconds) from None
+        self._holding = self._waiting_fd
 
-    def _release_once_taken(self, taking: asyncio.Future[None]) -> None:
-        if not taking.cancelled() and taking.exception() is None:
-            self.release()
+    def _take_now(self) -> bool:
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        self._holding = self._fd
+        return True
+
+    def _wait_for(self, wait: _Wait) -> None:
+        """On the lock's thread: block until the kernel grants the lock, and let go of it
+        at once if the caller gave up meanwhile."""
+        if wait.given_up:
+            return
+        fcntl.flock(self._waiting_fd, fcntl.LOCK_EX)
+        if not wait.grant():
+            fcntl.flock(self._waiting_fd, fcntl.LOCK_UN)
 
     def release(self) -> None:
         """Let the next writer in."""
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        fd, self._holding = self._holding, None
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
         """Close the lock file (which releases the lock)."""
-        with contextlib.suppress(OSError):
-            os.close(self._fd)
+        self._waiter.shutdown(wait=False, cancel_futures=True)
+        for fd in (self._fd, self._waiting_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+class _Wait:
+    """One wait for the writer lock: granted by the lock's thread, or given up on by the
+    caller, whichever comes first."""
+
+    def __init__(self) -> None:
+        self._decided = threading.Lock()
+        self.granted = False
+        self.given_up = False
+
+    def grant(self) -> bool:
+        """The kernel granted the lock: whether the caller still wants it."""
+        with self._decided:
+            self.granted = not self.given_up
+            return self.granted
+
+    def give_up(self) -> bool:
+        """The caller stops waiting: whether the lock was granted before it did."""
+        with self._decided:
+            self.given_up = not self.granted
+            return self.granted
+
+
+def _locked(timeout_seconds: float) -> sqlite3.OperationalError:
+    return sqlite3.OperationalError(
+        f"database is locked (another process held libflow's writer lock for {timeout_seconds:g} s)"
+    )
 
 
 class ImmediateTransactionWrapper(SqliteTransactionWrapper):
@@ -146,8 +225,12 @@ class ImmediateSqliteClient(SqliteClient):
 
     def __init__(self, file_path: str, **kwargs: Any) -> None:
         super().__init__(file_path, **kwargs)
+        # The writer lock is waited for as long as SQLite waits for its own (busy_timeout).
+        timeout_seconds = int(kwargs.get("busy_timeout", SQLITE_BUSY_TIMEOUT_MS)) / 1000
         self.writer_lock = (
-            None if file_path == ":memory:" else WriterLock(Path(f"{file_path}-writer.lock"))
+            None
+            if file_path == ":memory:"
+            else WriterLock(Path(f"{file_path}-writer.lock"), timeout_seconds)
         )
 
     def _in_transaction(self) -> TransactionContext:
