@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -351,3 +352,13 @@ async def test_the_embedded_server_starts_its_preparation_server_as_it_starts(
     assert not isolation.preparation_server_running()
     await start_app(base_settings(tmp_path))
     assert isolation.preparation_server_running()
+
+
+async def test_a_preparation_server_that_hangs_mid_greeting_fails_to_start() -> None:
+    # It wrote part of its "ready" line and stopped: the start fails rather than waiting.
+    server = isolation._PreparationServer(module="tests.stalled_preparation_server")
+    try:
+        with pytest.raises(isolation.ChildCrashed, match="did not start"):
+            await asyncio.wait_for(asyncio.to_thread(server.socket_path), 30)
+    finally:
+        server.stop()

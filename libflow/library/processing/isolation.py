@@ -80,7 +80,8 @@ class PreparationFailed(Exception):
 class _PreparationServer:
     """The process-wide preparation server, started on first use and again if it died."""
 
-    def __init__(self) -> None:
+    def __init__(self, module: str = zygote.__name__) -> None:
+        self._module = module  # the server's code, run as ``python -m``
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._directory: str | None = None
@@ -100,7 +101,7 @@ class _PreparationServer:
         path = str(Path(self._directory) / "socket")
         environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self._process = subprocess.Popen(  # noqa: S603  (our own interpreter and module)
-            [sys.executable, "-m", zygote.__name__, path],
+            [sys.executable, "-m", self._module, path],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=environment,
@@ -108,7 +109,10 @@ class _PreparationServer:
         )
         assert self._process.stdout is not None
         ready, _, _ = select.select([self._process.stdout], [], [], _START_SECONDS)
-        if not ready or self._process.stdout.readline() != zygote.READY:
+        # One read of what is there, not readline(): a server that wrote part of a line and
+        # hung would hold this thread (and every later file) for good. The server writes
+        # READY with one write, which a pipe delivers whole.
+        if not ready or os.read(self._process.stdout.fileno(), 64) != zygote.READY:
             self._stop()
             raise ChildCrashed("the preparation server did not start")
         self._socket = path
