@@ -6,6 +6,10 @@ import asyncio
 from datetime import datetime
 from typing import Any
 
+import pytest
+
+from libflow.engine import run_budget
+from libflow.engine.run_budget import MAX_SUB_RUNS_AT_ONCE
 from tests.conftest import Api, new_project
 from tests.run_helpers import cancel, start, wait_for_status
 from tests.workflow_helpers import (
@@ -13,6 +17,8 @@ from tests.workflow_helpers import (
     chain,
     create,
     get_run,
+    mapper,
+    nested_maps,
     ok_json,
     output,
     publish,
@@ -35,17 +41,6 @@ def caller(workflow_id: str, **fields: Any) -> dict[str, Any]:
     """A workflow whose call node runs ``workflow_id`` and outputs what it returned."""
     node = {"id": "sub", "type": "call_workflow", "workflowId": workflow_id, **fields}
     return chain(node, output("got", "{{ nodes.sub.outputs }}"))
-
-
-def mapper(workflow_id: str, items: Any, concurrency: int = 4) -> dict[str, Any]:
-    node = {
-        "id": "each",
-        "type": "map",
-        "items": items,
-        "workflowId": workflow_id,
-        "concurrency": concurrency,
-    }
-    return chain(node, output("results", "{{ nodes.each.results }}"))
 
 
 async def test_call_workflow_returns_the_sub_runs_outputs_and_records_it(
@@ -250,3 +245,74 @@ async def test_sub_runs_are_found_by_the_call_trigger(api: Api) -> None:
     )
     [sub_run] = await ok_json(response)
     assert sub_run == await get_run(api, sub_run["runId"])
+
+
+# --- what the sub-runs under one run share ---------------------------------------------------
+
+
+def pause_then(seconds: float, *nodes: dict[str, Any]) -> dict[str, Any]:
+    return chain(*nodes, {"id": "wait", "type": "delay", "seconds": seconds}, output("x", 1))
+
+
+async def leaf_runs(api: Api) -> list[dict[str, Any]]:
+    [leaf] = [w for w in await ok_json(await call(api, "GET", "")) if w["name"] == "leaf"]
+    response = await call(api, "GET", f"/{leaf['workflowId']}/runs?limit=1000")
+    runs: list[dict[str, Any]] = await ok_json(response)
+    return runs
+
+
+async def test_sub_runs_of_one_depth_run_at_most_32_at_once_whatever_the_maps_allow(
+    api: Api,
+) -> None:
+    # 8 maps of 16 at once would run 128 leaves at once: the run's sub-runs share 32 slots.
+    top = await nested_maps(api, pause_then(0.2), 8, 16)
+    status, body = await runsync(api, top)
+    assert status == 200, body
+    leaves = await leaf_runs(api)
+    assert len(leaves) == 128
+    assert 16 < _most_at_once(leaves) <= MAX_SUB_RUNS_AT_ONCE
+
+
+async def test_a_run_starts_at_most_max_sub_runs_its_sub_runs_own_included(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run_budget, "MAX_SUB_RUNS", 20)
+    top = await nested_maps(api, chain(output("x", 1)), 4, 5)  # 4 + 4 * 5 = 24 sub-runs
+    status, body = await runsync(api, top)
+    assert (status, body["result"]["error"]["code"]) == (500, "NODE_FAILED"), body
+    assert (
+        "a run starts at most 20 sub-runs, its sub-runs' own included"
+        in (body["result"]["error"]["message"])
+    )
+    assert len(await leaf_runs(api)) <= 20 - 4
+
+    # The limit is each run's: the next run starts its own 20.
+    single = await nested_maps(api, chain(output("x", 1)), 10)
+    assert (await runsync(api, single))[0] == 200
+
+
+async def test_the_results_running_sub_runs_hold_together_are_bounded(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each leaf holds a 500 KB text while it waits; together they may hold 1.2 MB.
+    monkeypatch.setattr(run_budget, "MAX_SUB_RUN_RESULTS_BYTES", 1_200_000)
+    text = {"id": "text", "type": "template", "template": "{{ 'x' * 500000 }}"}
+    four_at_once = await nested_maps(api, pause_then(0.3, text), 4)
+    status, body = await runsync(api, four_at_once)
+    assert status == 500, body
+    assert (
+        "would take the results the running sub-runs hold over their limit of 1200000"
+        in (body["result"]["error"]["message"])
+    )
+
+
+async def test_a_sub_run_that_ended_gives_back_what_it_held(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run_budget, "MAX_SUB_RUN_RESULTS_BYTES", 1_200_000)
+    text = {"id": "text", "type": "template", "template": "{{ 'x' * 500000 }}"}
+    leaf = (await create(api, pause_then(0.05, text), name="leaf"))["workflowId"]
+    # Ten leaves of 500 KB, two at a time: 5 MB in all, 1 MB at once.
+    two_at_once = await create(api, mapper(leaf, "{{ range(10) | list }}", 2))
+    status, body = await runsync(api, two_at_once["workflowId"])
+    assert status == 200, body

@@ -103,3 +103,30 @@ async def get_run(api: Api, run_id: str) -> dict[str, Any]:
     )
     run: dict[str, Any] = await ok_json(response)
     return run
+
+
+def mapper(
+    workflow_id: str, items: Any, concurrency: int = 4, *, timeout: float = 30
+) -> dict[str, Any]:
+    """A workflow whose map node runs ``workflow_id`` per item and outputs the results."""
+    node = {
+        "id": "each",
+        "type": "map",
+        "items": items,
+        "workflowId": workflow_id,
+        "concurrency": concurrency,
+    }
+    return chain(node, output("results", "{{ nodes.each.results }}"), timeout=timeout)
+
+
+async def nested_maps(api: Api, leaf: dict[str, Any], *counts: int, timeout: float = 30) -> str:
+    """Maps of maps down to ``leaf``: the outermost (of ``timeout`` seconds) runs
+    ``counts[0]`` items at once, each a map of ``counts[1]`` items at once, and so on. The
+    outermost workflow's id."""
+    target = (await create(api, leaf, name="leaf"))["workflowId"]
+    for depth, count in enumerate(reversed(counts)):
+        items = f"{{{{ range({count}) | list }}}}"
+        outermost = depth == len(counts) - 1
+        definition = mapper(target, items, count, timeout=timeout if outermost else 30)
+        target = (await create(api, definition, name=f"map{depth}"))["workflowId"]
+    return target

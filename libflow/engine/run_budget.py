@@ -9,7 +9,9 @@ text built, loops) are in ``libflow.engine.render_budget``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +31,13 @@ TIMING_RECORD_BYTES = 128  # one node's timing in a record, besides its node id
 RECORD_FIELDS_BYTES = 256  # the rest of a record: ids, status, dates, the error's code
 MAX_RUN_RESPONSE_BYTES = 16 * 1024 * 1024  # all HTTP response bodies of one run
 MAX_CONCURRENT_REQUESTS = 8  # http_request calls of one run in flight at once; others wait
+# Sub-runs (call_workflow, map) nest, and each has a run's budgets: unshared, a map of maps
+# of maps would multiply them (32 at once per map, 21 KB each before any result: a runsync
+# of four nested maps held a million sub-runs). So all the sub-runs under one run share:
+MAX_SUB_RUNS = 10_000  # how many start, at every depth together (a map's MAX_MAP_ITEMS)
+MAX_SUB_RUNS_AT_ONCE = 32  # how many of one depth run at once (a map's top concurrency)
+MAX_SUB_RUN_RESULTS_BYTES = MAX_RUN_RESULTS_BYTES  # results the running ones hold at once
+MAX_SUB_RUN_RESPONSE_BYTES = MAX_RUN_RESPONSE_BYTES  # HTTP responses the running ones read
 # Values measured inline (on the event loop) while this few; larger ones on a CPU thread.
 INLINE_MEASURE_ITEMS = 256
 
@@ -55,6 +64,42 @@ def clip_message(message: str) -> str:
     return message[: MAX_ERROR_MESSAGE_CHARS - 15] + " ... (cut here)"
 
 
+class SubRunBudget:
+    """What the sub-runs under one run, at every depth, may spend together.
+
+    The limits on how many start and how many run at once are checked by ``running``;
+    the results and responses the running ones hold, by their RunBudget (``sub_run``).
+    Each depth has its own slots: a sub-run holds its slot while its own sub-runs wait
+    for theirs, one depth further down, so no sub-run waits for a slot held by a run
+    that waits for it.
+    """
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.results_bytes = 0
+        self.responses = ResponseAllowance(
+            MAX_SUB_RUN_RESPONSE_BYTES, whose="the HTTP responses of the running sub-runs"
+        )
+        self._slots: dict[int, asyncio.Semaphore] = {}
+
+    @contextlib.asynccontextmanager
+    async def running(self, depth: int) -> AsyncIterator[None]:
+        """Hold one of the slots of ``depth`` while a sub-run runs there.
+
+        OverBudget once MAX_SUB_RUNS have started under the run.
+        """
+        slots = self._slots.get(depth)
+        if slots is None:
+            slots = self._slots[depth] = asyncio.Semaphore(MAX_SUB_RUNS_AT_ONCE)
+        async with slots:
+            if self.started >= MAX_SUB_RUNS:
+                raise OverBudget(
+                    f"a run starts at most {MAX_SUB_RUNS} sub-runs, its sub-runs' own included"
+                )
+            self.started += 1
+            yield
+
+
 @dataclass(slots=True)
 class RunBudget:
     """What one run may still spend, and what it holds."""
@@ -66,8 +111,23 @@ class RunBudget:
     )
     results_bytes: int = 0
     output_bytes: dict[str, int] = field(default_factory=dict)
+    # A sub-run's: what it holds counts against what its tree's running sub-runs may hold.
+    shared: SubRunBudget | None = None
     _inputs_bytes: int | None = None
     _requests: asyncio.Semaphore | None = None
+
+    @classmethod
+    def sub_run(cls, shared: SubRunBudget, timings_bytes: int) -> RunBudget:
+        """The budget of a sub-run under the run whose sub-runs share ``shared``."""
+        responses = ResponseAllowance(MAX_RUN_RESPONSE_BYTES, shared=shared.responses)
+        return cls(timings_bytes=timings_bytes, responses=responses, shared=shared)
+
+    def give_back(self) -> None:
+        """The run ended: what it held of its tree's shared budget is free again."""
+        if self.shared is not None:
+            self.shared.results_bytes -= self.results_bytes
+            self.responses.give_back()
+            self.shared = None
 
     def start(self, timeout_seconds: float) -> None:
         """The run starts now: its renders stop themselves at its timeout."""
@@ -92,6 +152,13 @@ class RunBudget:
                 f"{what} ({size} bytes) would take the results the run holds over their limit "
                 f"of {MAX_RUN_RESULTS_BYTES} bytes"
             )
+        if self.shared is not None:
+            if self.shared.results_bytes + size > MAX_SUB_RUN_RESULTS_BYTES:
+                raise OverBudget(
+                    f"{what} ({size} bytes) would take the results the running sub-runs hold "
+                    f"over their limit of {MAX_SUB_RUN_RESULTS_BYTES} bytes"
+                )
+            self.shared.results_bytes += size
         self.results_bytes += size
 
     async def hold_value(self, value: Any, what: str) -> None:

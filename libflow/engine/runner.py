@@ -184,7 +184,11 @@ class WorkflowRun:
             event=event,
             inputs=check_inputs(definition, inputs),
             services=services,
-            budget=RunBudget(timings_bytes=_timings_bytes(definition, plan)),
+            budget=(
+                RunBudget(timings_bytes=_timings_bytes(definition, plan))
+                if depth == 0
+                else RunBudget.sub_run(services.sub_runs, _timings_bytes(definition, plan))
+            ),
             listener=listener,
             run_id=run_id,
             depth=depth,
@@ -253,6 +257,8 @@ class WorkflowRun:
         except Exception:
             self._end("failed", 500, RunError("INTERNAL", None, "internal error in the runner"))
             raise
+        finally:
+            self.state.budget.give_back()  # a sub-run's share of its tree's budget
         return self.result()
 
     def _end(self, status: RunStatus, status_code: int | None, error: RunError | None) -> None:

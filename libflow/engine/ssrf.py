@@ -43,23 +43,45 @@ class RequestFailed(Exception):
 
 
 class ResponseAllowance:
-    """The response bytes a run's requests may still read, all of them together."""
+    """The response bytes a run's requests may still read, all of them together.
 
-    def __init__(self, limit: int) -> None:
+    A sub-run's allowance also draws on ``shared``, what its parent run's sub-runs may
+    hold at once: it gives back what it took there when it ends (``give_back``).
+    """
+
+    def __init__(
+        self,
+        limit: int,
+        *,
+        shared: ResponseAllowance | None = None,
+        whose: str = "the run's HTTP responses",
+    ) -> None:
         self.limit = limit
         self.left = limit
+        self.shared = shared
+        self._whose = whose
 
     def check(self, size: int) -> None:
         """RequestFailed when ``size`` more bytes would pass the limit (nothing taken)."""
         if size > self.left:
             raise RequestFailed(
-                f"the run's HTTP responses would be over their limit of {self.limit} bytes in all"
+                f"{self._whose} would be over their limit of {self.limit} bytes in all"
             )
+        if self.shared is not None:
+            self.shared.check(size)
 
     def take(self, size: int) -> None:
         """Take ``size`` bytes read; RequestFailed past the limit."""
         self.check(size)
         self.left -= size
+        if self.shared is not None:
+            self.shared.left -= size
+
+    def give_back(self) -> None:
+        """The run ended: what it took of ``shared`` is free for the others."""
+        if self.shared is not None:
+            self.shared.left += self.limit - self.left
+            self.left = self.limit
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,11 +26,22 @@ from libflow.engine.run_budget import (
     MAX_RUN_OUTPUTS_BYTES,
     MAX_RUN_RESPONSE_BYTES,
     MAX_RUN_RESULTS_BYTES,
+    MAX_SUB_RUN_RESPONSE_BYTES,
 )
 from tests.conftest import Api, ClientFactory, Shape, new_project
 from tests.hostile.conftest import healthz_stays_responsive, peak_rss_growth
 from tests.library_helpers import assert_error
-from tests.workflow_helpers import call, chain, create, get_run, output, runs_of, runsync
+from tests.workflow_helpers import (
+    call,
+    chain,
+    create,
+    get_run,
+    nested_maps,
+    ok_json,
+    output,
+    runs_of,
+    runsync,
+)
 
 # How far the server's peak RSS may rise while one hostile run is handled (MiB). The
 # attacks below reached 0.5 to 5.7 GB before runs had budgets.
@@ -257,6 +268,33 @@ async def test_a_value_nested_too_deeply_at_run_time_fails_its_node(shaped_api: 
     )
 
 
+# --- sub-runs -----------------------------------------------------------------------------------
+
+
+async def test_maps_of_maps_stay_within_what_one_runs_sub_runs_may_spend(
+    shaped_api: Api,
+) -> None:
+    # Four maps deep, 32 items at once each: a million sub-runs at once (21 KB each) before
+    # the sub-runs under one run shared their slots; now 32 per depth.
+    api = shaped_api
+    leaf = chain({"id": "wait", "type": "delay", "seconds": 0.2}, output("x", 1))
+    top = await nested_maps(api, leaf, 32, 32, 32, 32, timeout=3)
+    began = time.monotonic()
+    async with healthz_stays_responsive(api.client):
+        with peak_rss_growth() as growth:
+            status, answer = await runsync(api, top)
+    assert time.monotonic() - began < TIMEOUT_ANSWER_BOUND_SECONDS + 1
+    assert (status, answer["result"]["error"]["code"]) == (504, "RUN_TIMEOUT"), answer
+    assert growth.mib < RSS_BOUND_MIB, f"peak RSS grew {growth.mib:.0f} MiB"
+    calls = await ok_json(
+        await api.client.get(
+            f"/api/publicv1/projects/{api.project_id}/runs?trigger=call&limit=1000",
+            headers=api.headers,
+        )
+    )
+    assert len(calls) < 1000  # 3 s of leaves 32 at a time, and the maps above them
+
+
 # --- HTTP responses -------------------------------------------------------------------------
 
 
@@ -370,6 +408,29 @@ async def test_a_response_nested_too_deeply_fails_its_node_cleanly(
     assert status == 500
     assert failed_node(answer) == ("get", "the response's JSON is nested too deeply to parse")
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_the_responses_running_sub_runs_read_together_are_bounded(
+    private_api: Api, upstream: tuple[Upstream, TestServer]
+) -> None:
+    # Five sub-runs at once, each reading 4 MiB and holding it: 20 MiB, over the 16 MiB the
+    # sub-runs under one run may read together. Each alone is far within its own limit.
+    _, server = upstream
+    leaf = chain(
+        {"id": "get", "type": "http_request", "url": str(server.make_url("/big"))},
+        {"id": "wait", "type": "delay", "seconds": 0.5},
+        output("x", 1),
+    )
+    top = await nested_maps(private_api, leaf, 5)
+    async with healthz_stays_responsive(private_api.client):
+        with peak_rss_growth() as growth:
+            status, answer = await runsync(private_api, top)
+    assert growth.mib < HTTP_RSS_BOUND_MIB, f"peak RSS grew {growth.mib:.0f} MiB"
+    assert status == 500, answer
+    assert (
+        "the HTTP responses of the running sub-runs would be over their limit of "
+        f"{MAX_SUB_RUN_RESPONSE_BYTES} bytes in all"
+    ) in answer["result"]["error"]["message"]
 
 
 # --- header injection ---------------------------------------------------------------------------

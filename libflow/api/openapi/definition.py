@@ -160,7 +160,8 @@ NODE_DOCS: Final[dict[str, NodeDoc]] = {
     ),
     "call_workflow": NodeDoc(
         "Runs another workflow of the project as a sub-run (trigger `call`, with "
-        "`parentRunId`); calls nest at most 5 deep.",
+        "`parentRunId`); calls nest at most 5 deep. The sub-runs under one run share one "
+        "budget: at most 10,000 start, at most 32 of one depth at once.",
         "`{outputs}`: the sub-run's outputs",
         {
             "workflowId": "A workflow of this project (checked at publish).",

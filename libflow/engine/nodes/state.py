@@ -13,7 +13,7 @@ import aiohttp
 from libflow.engine.definition import Node
 from libflow.engine.expressions import evaluate
 from libflow.engine.render_budget import ExpressionError, RunOutOfTime
-from libflow.engine.run_budget import RunBudget
+from libflow.engine.run_budget import RunBudget, SubRunBudget
 from libflow.engine.run_secrets import RunSecrets
 
 # Told of a run's events as they happen: (name, data, the data's key holding a large value).
@@ -75,6 +75,8 @@ class NodeServices:
     llm: ModelProvider = ModelProvider()
     # The project's secrets (``secrets.NAME``), per run; None: the run has none to read.
     secrets: RunSecrets | None = None
+    # What the run's sub-runs spend together: one per top-level run, as these services are.
+    sub_runs: SubRunBudget = field(default_factory=SubRunBudget)
 
 
 class NodeFailure(Exception):

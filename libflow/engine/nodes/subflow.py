@@ -2,7 +2,9 @@
 
 A sub-run is a run of its own (trigger ``call``, its parent's run id, its own record) that
 runs inside the calling node: the parent's timeout and cancel stop it as they stop the
-node. Calls nest at most MAX_CALL_DEPTH deep, so a workflow calling itself ends.
+node. Calls nest at most MAX_CALL_DEPTH deep, so a workflow calling itself ends, and all
+the sub-runs under one run share one budget (``run_budget.SubRunBudget``): how many start,
+how many run at once, what the running ones hold.
 """
 
 from __future__ import annotations
@@ -75,12 +77,13 @@ async def _call(node: Node, state: RunState, inputs: dict[str, Any]) -> dict[str
         raise NodeFailure(f"calls nest at most {MAX_CALL_DEPTH} deep: this one would be deeper")
     version = node.config.get("version")
     try:
-        return await state.services.call_workflow(
-            node.config["workflowId"],
-            None if version is None else str(version),
-            inputs,
-            parent_run_id=state.run_id,
-            depth=state.depth + 1,
-        )
-    except LibflowError as err:  # the workflow or version is gone, its inputs refused
-        raise NodeFailure(err.message) from None
+        async with state.services.sub_runs.running(state.depth + 1):
+            return await state.services.call_workflow(
+                node.config["workflowId"],
+                None if version is None else str(version),
+                inputs,
+                parent_run_id=state.run_id,
+                depth=state.depth + 1,
+            )
+    except LibflowError as err:  # the workflow or version is gone, its inputs refused, or
+        raise NodeFailure(err.message) from None  # the run's sub-runs are over their limits
