@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
+from typing import IO
 
 import pytest
 from tortoise import connections
@@ -203,18 +204,42 @@ async def test_a_wait_given_up_on_lets_go_of_the_lock_once_it_is_granted(tmp_pat
             with pytest.raises(sqlite3.OperationalError, match="database is locked"):
                 await asyncio.to_thread(lock.acquire_blocking)
             fcntl.flock(other, fcntl.LOCK_UN)
-
             # The kernel grants the abandoned waits the lock now; they let go of it at once.
-            for _ in range(100):
-                try:
-                    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    await asyncio.sleep(0.01)
-            else:
-                raise AssertionError("a wait given up on kept the writer lock")
-            fcntl.flock(other, fcntl.LOCK_UN)
+            await until_another_process_can_take(other)
         await lock.acquire()
         lock.release()
     finally:
         lock.close()
+
+
+async def test_a_cancelled_wait_for_the_writer_lock_lets_go_of_it_once_granted(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "db-writer.lock"
+    lock = WriterLock(path, timeout_seconds=30)
+    try:
+        with path.open("a") as other:
+            fcntl.flock(other, fcntl.LOCK_EX)
+            waiting = asyncio.create_task(lock.acquire())
+            await asyncio.sleep(0.1)
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
+            fcntl.flock(other, fcntl.LOCK_UN)
+            # The wait was granted after its caller left, and let go at once.
+            await until_another_process_can_take(other)
+    finally:
+        lock.close()
+
+
+async def until_another_process_can_take(lock_file: IO[str]) -> None:
+    """Wait (up to 1 s) until ``lock_file`` can take the lock, as another process would."""
+    for _ in range(100):
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            await asyncio.sleep(0.01)
+            continue
+        fcntl.flock(lock_file, fcntl.LOCK_UN)
+        return
+    raise AssertionError("a wait given up on kept the writer lock")

@@ -85,8 +85,9 @@ class WriterLock:
             if not wait.give_up():
                 raise _locked(self.timeout_seconds) from None
         except asyncio.CancelledError:
-            if wait.give_up():
-                self.release()  # granted as the caller went away: let the next writer in
+            if wait.give_up():  # granted as the caller went away: let the next writer in
+                self._holding = self._waiting_fd
+                self.release()
             raise
         self._holding = self._waiting_fd
 
