@@ -13,7 +13,6 @@ import threading
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
-from typing import IO
 
 import pytest
 from tortoise import connections
@@ -49,15 +48,20 @@ def other_process_holds_the_lock(
         other.execute("COMMIT")
 
 
-def writer_lock_is_free(embedded: Shape) -> bool:
-    """Whether another process could take libflow's writer lock now."""
-    with writer_lock_path(embedded).open("a") as other:
+def lock_file_is_free(path: Path) -> bool:
+    """Whether another process could take the lock of the file at ``path`` now."""
+    with path.open("a") as other:
         try:
             fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
         fcntl.flock(other, fcntl.LOCK_UN)
         return True
+
+
+def writer_lock_is_free(embedded: Shape) -> bool:
+    """Whether another process could take libflow's writer lock now."""
+    return lock_file_is_free(writer_lock_path(embedded))
 
 
 def count_rows(embedded: Shape, ids: list[str]) -> int:
@@ -205,7 +209,7 @@ async def test_a_wait_given_up_on_lets_go_of_the_lock_once_it_is_granted(tmp_pat
                 await asyncio.to_thread(lock.acquire_blocking)
             fcntl.flock(other, fcntl.LOCK_UN)
             # The kernel grants the abandoned waits the lock now; they let go of it at once.
-            await until_another_process_can_take(other)
+            await until_another_process_can_take(path)
         await lock.acquire()
         lock.release()
     finally:
@@ -227,19 +231,15 @@ async def test_a_cancelled_wait_for_the_writer_lock_lets_go_of_it_once_granted(
                 await waiting
             fcntl.flock(other, fcntl.LOCK_UN)
             # The wait was granted after its caller left, and let go at once.
-            await until_another_process_can_take(other)
+            await until_another_process_can_take(path)
     finally:
         lock.close()
 
 
-async def until_another_process_can_take(lock_file: IO[str]) -> None:
-    """Wait (up to 1 s) until ``lock_file`` can take the lock, as another process would."""
+async def until_another_process_can_take(path: Path) -> None:
+    """Wait (up to 1 s) until another process could take the lock of the file at ``path``."""
     for _ in range(100):
-        try:
-            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            await asyncio.sleep(0.01)
-            continue
-        fcntl.flock(lock_file, fcntl.LOCK_UN)
-        return
+        if lock_file_is_free(path):
+            return
+        await asyncio.sleep(0.01)
     raise AssertionError("a wait given up on kept the writer lock")

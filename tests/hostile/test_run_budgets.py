@@ -31,6 +31,7 @@ from libflow.engine.run_budget import (
 from tests.conftest import Api, ClientFactory, Shape, new_project
 from tests.hostile.conftest import healthz_stays_responsive, peak_rss_growth
 from tests.library_helpers import assert_error
+from tests.run_helpers import runs_url
 from tests.workflow_helpers import (
     call,
     chain,
@@ -286,12 +287,8 @@ async def test_maps_of_maps_stay_within_what_one_runs_sub_runs_may_spend(
     assert time.monotonic() - began < TIMEOUT_ANSWER_BOUND_SECONDS + 1
     assert (status, answer["result"]["error"]["code"]) == (504, "RUN_TIMEOUT"), answer
     assert growth.mib < RSS_BOUND_MIB, f"peak RSS grew {growth.mib:.0f} MiB"
-    calls = await ok_json(
-        await api.client.get(
-            f"/api/publicv1/projects/{api.project_id}/runs?trigger=call&limit=1000",
-            headers=api.headers,
-        )
-    )
+    response = await api.client.get(runs_url(api, "?trigger=call&limit=1000"), headers=api.headers)
+    calls = await ok_json(response)
     assert len(calls) < 1000  # 3 s of leaves 32 at a time, and the maps above them
 
 
