@@ -411,3 +411,19 @@ class Secret(Model):
     class Meta:
         table = "project_secrets"
         unique_together = (("project_id", "name"),)
+
+
+class DeploymentChoice(Model):
+    """A choice made once for the whole deployment, by the first process that needed it.
+
+    Processes on machines of different kinds could each choose otherwise (the local
+    embedder's int8 runtime, by CPU) where they must agree (one vector space): the first
+    choice recorded is every process's.
+    """
+
+    name = fields.CharField(primary_key=True, max_length=100)
+    value = fields.CharField(max_length=200)
+    chosen_at = fields.DatetimeField(auto_now_add=True)
+
+    class Meta:
+        table = "deployment_choices"

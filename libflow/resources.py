@@ -30,7 +30,7 @@ from libflow.jobs import (
     check_job_functions,
     open_arq_pool,
 )
-from libflow.library.embeddings import open_embedder
+from libflow.library.embeddings import open_embedder, with_agreed_backend
 from libflow.library.embeddings.interface import Embedder
 from libflow.library.pgvector import open_vector_search
 from libflow.library.vectors import VectorSearch
@@ -95,7 +95,9 @@ async def open_resources(
         reads = FastReads(settings.resolved_database_url)
         stack.callback(reads.close)
         storage = await stack.enter_async_context(open_storage(settings))
-        embedder = await stack.enter_async_context(open_embedder(settings))
+        embedder = await stack.enter_async_context(
+            open_embedder(await with_agreed_backend(settings))
+        )
         vectors = await open_vector_search(embedder)
         http = await stack.enter_async_context(
             ClientSession(timeout=ClientTimeout(total=HTTP_TIMEOUT_SECONDS))

@@ -38,12 +38,14 @@ class Settings(BaseModel):
     embedding_model: str | None = None
     embedding_batch_size: int = Field(default=16, gt=0)
     # The local model's runtime: OpenVINO with the whole graph in int8, quantized once with
-    # calibration texts (2.5-4.8x PyTorch's chunks/s, nDCG@10 as fp32's on the retrieval
-    # bench), ONNX Runtime (exported once into the data dir) with int8 matrix products (less
-    # memory, slower, nDCG@10 about 1% under fp32's) or in fp32 (PyTorch's vectors), or
-    # PyTorch; each backend's vectors are their own space, so a change re-embeds. Its threads
-    # default to the CPUs this process may use.
-    embedding_backend: Literal["openvino-int8", "onnx-int8", "onnx", "torch"] = "openvino-int8"
+    # calibration texts (2.5-5.4x PyTorch's chunks/s where the CPU has VNNI, nDCG@10 as
+    # fp32's on the retrieval bench), ONNX Runtime (exported once into the data dir) with
+    # int8 matrix products (less memory, the faster of the two without VNNI, nDCG@10 about
+    # 1% under fp32's) or in fp32 (PyTorch's vectors), or PyTorch. ``auto`` takes the int8
+    # runtime this CPU runs faster, once for the whole deployment (the first process's
+    # choice, kept in the database). Each backend's vectors are their own space, so a change
+    # re-embeds. Its threads default to the CPUs this process may use.
+    embedding_backend: Literal["auto", "openvino-int8", "onnx-int8", "onnx", "torch"] = "auto"
     embedding_threads: int | None = Field(default=None, gt=0)
     # Where the local model's ONNX export and tokenizer are kept (default: <data dir>/models);
     # processes that share it export the model once.

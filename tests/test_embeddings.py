@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from aiohttp.test_utils import unused_port
 
-from libflow.library.embeddings import local, open_embedder
+from libflow.library.embeddings import int8_runtime, local, open_embedder
 from libflow.library.embeddings.interface import EmbeddingError, Vectors
 from libflow.library.embeddings.local import LocalBackend, LocalEmbedder
 from libflow.library.embeddings.onnx_export import exported_model
@@ -508,13 +508,16 @@ async def test_a_search_the_embedding_service_fails_is_503_unavailable(
 
 @pytest.mark.usefixtures("semantic_search")
 async def test_embedder_local_is_the_default(tmp_path: Path) -> None:
+    # Its runtime, auto, is this CPU's int8 one (tests/test_embedding_runtime_choice.py).
+    runtime, _why = int8_runtime.for_this_cpu()
+    tags = {"openvino-int8": "+openvino-int8", "onnx-int8": "+int8"}
     async with open_embedder(Settings(data_dir=tmp_path)) as embedder:
         assert isinstance(embedder, LocalEmbedder)
         assert (embedder.name, embedder.dimensions) == (
-            "local:all-MiniLM-L6-v2+openvino-int8",
+            f"local:all-MiniLM-L6-v2{tags[runtime]}",
             384,
         )
-        assert (embedder.backend, embedder.batch_size) == ("openvino-int8", 16)
+        assert (embedder.backend, embedder.batch_size) == (runtime, 16)
 
 
 @pytest.mark.usefixtures("semantic_search")

@@ -11,8 +11,9 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from libflow.library.embeddings import int8_runtime
 from libflow.library.embeddings.interface import Embedder
-from libflow.library.embeddings.local import LocalEmbedder
+from libflow.library.embeddings.local import LocalBackend, LocalEmbedder
 from libflow.library.embeddings.openai import DEFAULT_OPENAI_MODEL, OpenAIEmbedder
 from settings import Settings, SettingsError
 
@@ -27,9 +28,21 @@ ONNX_MODULES = {"onnxruntime", "onnx"}
 OPENVINO_MODULES = {"openvino", "nncf"}
 
 
+async def with_agreed_backend(settings: Settings) -> Settings:
+    """``settings`` with ``auto`` replaced by the deployment's int8 runtime (the database
+    open): every process of a deployment embeds in one vector space (``int8_runtime``)."""
+    if settings.embedder != "local" or settings.embedding_backend != "auto":
+        return settings
+    return settings.model_copy(update={"embedding_backend": await int8_runtime.agreed()})
+
+
 @asynccontextmanager
 async def open_embedder(settings: Settings) -> AsyncIterator[Embedder | None]:
-    """The embedder ``settings.embedder`` names, or None when search is keyword-only."""
+    """The embedder ``settings.embedder`` names, or None when search is keyword-only.
+
+    A local ``auto`` backend is this CPU's int8 runtime here; a server's processes agree on
+    one first (``with_agreed_backend``).
+    """
     if settings.embedder == "none":
         logger.warning("LIBFLOW_EMBEDDER=none: search is keyword-only")
         yield None
@@ -57,7 +70,12 @@ async def open_embedder(settings: Settings) -> AsyncIterator[Embedder | None]:
 
 async def _open_local(settings: Settings) -> LocalEmbedder | None:
     started = time.perf_counter()
-    backend = settings.embedding_backend
+    backend: LocalBackend
+    if settings.embedding_backend == "auto":
+        backend, why = int8_runtime.for_this_cpu()
+        logger.info(f"LIBFLOW_EMBEDDING_BACKEND=auto: {backend}, as {why}")
+    else:
+        backend = settings.embedding_backend
     try:
         embedder = await LocalEmbedder.open(
             settings.embedding_model,
