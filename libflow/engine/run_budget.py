@@ -38,8 +38,17 @@ MAX_SUB_RUNS = 10_000  # how many start, at every depth together (a map's MAX_MA
 MAX_SUB_RUNS_AT_ONCE = 32  # how many of one depth run at once (a map's top concurrency)
 MAX_SUB_RUN_RESULTS_BYTES = MAX_RUN_RESULTS_BYTES  # results the running ones hold at once
 MAX_SUB_RUN_RESPONSE_BYTES = MAX_RUN_RESPONSE_BYTES  # HTTP responses the running ones read
+MAX_SUB_RUN_REQUESTS = MAX_SUB_RUNS_AT_ONCE  # their HTTP requests in flight, together
 # Values measured inline (on the event loop) while this few; larger ones on a CPU thread.
 INLINE_MEASURE_ITEMS = 256
+
+
+@contextlib.asynccontextmanager
+async def _both(own: asyncio.Semaphore, shared: asyncio.Semaphore) -> AsyncIterator[None]:
+    """A sub-run's request slot, then its tree's. Always in this order, and no one waits
+    for a run's own slot while holding its tree's: nothing waits in a circle."""
+    async with own, shared:
+        yield
 
 
 class OverBudget(LibflowError):
@@ -80,6 +89,9 @@ class SubRunBudget:
         self.responses = ResponseAllowance(
             MAX_SUB_RUN_RESPONSE_BYTES, whose="the HTTP responses of the running sub-runs"
         )
+        # Each sub-run has its own MAX_CONCURRENT_REQUESTS too: 32 at once per depth, and
+        # depths nest, would be hundreds of connections from one run.
+        self.requests = asyncio.Semaphore(MAX_SUB_RUN_REQUESTS)
         self._slots: dict[int, asyncio.Semaphore] = {}
 
     @contextlib.asynccontextmanager
@@ -134,11 +146,14 @@ class RunBudget:
         self.renders.deadline = time.monotonic() + timeout_seconds
 
     @property
-    def requests(self) -> asyncio.Semaphore:
-        """Held by each http_request call: MAX_CONCURRENT_REQUESTS at once per run."""
+    def requests(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Held by each HTTP request a node makes: MAX_CONCURRENT_REQUESTS at once per run,
+        and MAX_SUB_RUN_REQUESTS at once for all the sub-runs under one run."""
         if self._requests is None:
             self._requests = asyncio.Semaphore(MAX_CONCURRENT_REQUESTS)
-        return self._requests
+        if self.shared is None:
+            return self._requests
+        return _both(self._requests, self.shared.requests)
 
     def hold(self, size: int, what: str) -> None:
         """Keep a node's result of ``size`` bytes; OverBudget past a node's or the run's limit."""

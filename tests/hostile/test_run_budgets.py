@@ -26,7 +26,9 @@ from libflow.engine.run_budget import (
     MAX_RUN_OUTPUTS_BYTES,
     MAX_RUN_RESPONSE_BYTES,
     MAX_RUN_RESULTS_BYTES,
+    MAX_SUB_RUN_REQUESTS,
     MAX_SUB_RUN_RESPONSE_BYTES,
+    MAX_SUB_RUNS_AT_ONCE,
 )
 from tests.conftest import Api, ClientFactory, Shape, new_project
 from tests.hostile.conftest import healthz_stays_responsive, peak_rss_growth
@@ -428,6 +430,19 @@ async def test_the_responses_running_sub_runs_read_together_are_bounded(
         "the HTTP responses of the running sub-runs would be over their limit of "
         f"{MAX_SUB_RUN_RESPONSE_BYTES} bytes in all"
     ) in answer["result"]["error"]["message"]
+
+
+async def test_the_requests_running_sub_runs_make_together_are_bounded(
+    private_api: Api, upstream: tuple[Upstream, TestServer]
+) -> None:
+    # 32 sub-runs at once, each with 8 requests in flight (its own limit): 256 connections
+    # from one run, were their requests not bounded together.
+    api, server = upstream
+    leaf = fan_out(server, "/small", MAX_CONCURRENT_REQUESTS)
+    top = await nested_maps(private_api, leaf, MAX_SUB_RUNS_AT_ONCE)
+    status, answer = await runsync(private_api, top)
+    assert status == 200, answer
+    assert api.most_in_flight == MAX_SUB_RUN_REQUESTS
 
 
 # --- header injection ---------------------------------------------------------------------------
