@@ -201,7 +201,7 @@ def _operations() -> dict[str, dict[str, Any]]:
                 "requestBody": body(FinalizeBody),
                 "responses": {
                     "200": json_response(ref("LibraryFileDetail"), "the finalized record"),
-                    **errors(400, *AUTH_ERRORS, 404, 409, 503),
+                    **errors(400, *AUTH_ERRORS, 404, 409),
                 },
             },
         },
@@ -275,7 +275,7 @@ def _operations() -> dict[str, dict[str, Any]]:
                 },
                 "responses": {
                     "200": {"description": "stored"},
-                    **errors(400, 403, 411, 413, 417),
+                    **errors(400, 403, 411, 413, 417, 503),
                 },
             },
             "get": {

@@ -15,8 +15,10 @@ DATE = {"type": "string", "format": "date-time"}
 NULLABLE_DATE = {"type": ["string", "null"], "format": "date-time"}
 OBJECT = {"type": "object"}
 # What the API-key middleware answers on every keyed route: no or an unknown key, another
-# project's key, and a key over its rate limit (with Retry-After).
-AUTH_ERRORS = (401, 403, 429)
+# project's key, a key over its rate limit, and the database that holds the keys (and
+# everything a keyed route reads or writes) down or its writer lock held too long (both
+# with Retry-After).
+AUTH_ERRORS = (401, 403, 429, 503)
 # Answers that tell the client when to try again.
 RETRY_AFTER = {
     "Retry-After": {

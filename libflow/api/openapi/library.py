@@ -145,7 +145,7 @@ def library_edit_operations() -> dict[str, dict[str, Any]]:
                 "parameters": file,
                 "responses": {
                     "202": json_response(ref("LibraryFileDetail"), "the file, queued"),
-                    **errors(*AUTH_ERRORS, 404, 409, 503),
+                    **errors(*AUTH_ERRORS, 404, 409),
                 },
             },
         },

@@ -167,7 +167,7 @@ def workflow_operations() -> dict[str, dict[str, Any]]:
                 "requestBody": _definition_body(CreateWorkflowBody),
                 "responses": {
                     "201": json_response(ref("Workflow"), "the workflow"),
-                    **errors(400, *AUTH_ERRORS, 503),
+                    **errors(400, *AUTH_ERRORS),
                 },
             },
         },
@@ -189,7 +189,7 @@ def workflow_operations() -> dict[str, dict[str, Any]]:
                 "requestBody": _definition_body(PublishVersionBody),
                 "responses": {
                     "201": json_response(ref("WorkflowVersion"), "the version"),
-                    **errors(400, *AUTH_ERRORS, 404, 503),
+                    **errors(400, *AUTH_ERRORS, 404),
                 },
             },
         },
@@ -214,7 +214,7 @@ def workflow_operations() -> dict[str, dict[str, Any]]:
                         {"oneOf": [ref("RunSyncResult"), ERROR]},
                         "a respond or fail node's status, or an error",
                     ),
-                    **errors(400, *AUTH_ERRORS, 404, 503),
+                    **errors(400, *AUTH_ERRORS, 404),
                 },
             },
         },
