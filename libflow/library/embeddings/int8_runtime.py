@@ -1,10 +1,10 @@
 """``LIBFLOW_EMBEDDING_BACKEND=auto``: the int8 runtime that is fastest on this kind of CPU.
 
-OpenVINO's static int8 (``openvino-int8``) wants int8 dot-product instructions: with them
-(AVX-512 VNNI) it embedded 1.4-1.6x the passages a second of ONNX Runtime's int8
-(``onnx-int8``) on an Intel Xeon and an AMD EPYC. Without them it emulates them. On an AMD
-EPYC with AVX2 only it embedded 0.57x of onnx-int8's passages a second, hardly more than
-PyTorch. Both hold nDCG@10 within 1% of fp32 (docs/benchmarks.md).
+OpenVINO's static int8 (``openvino-int8``) wants int8 dot-product instructions: with them it
+embedded 1.4-1.6x the passages a second of ONNX Runtime's int8 (``onnx-int8``), on an AMD
+EPYC with AVX-512 VNNI and on AVX-512 Xeons. On an AMD EPYC with AVX2 only it embedded
+0.53-0.57x of onnx-int8's passages a second, hardly more than PyTorch's fp32. Both hold
+nDCG@10 within 1% of fp32 (docs/benchmarks.md).
 
 The two runtimes' vectors are spaces of their own: every process of a deployment must embed
 in the same one, or search finds nothing a worker on another kind of machine embedded (and
