@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from libflow import appkeys
 from libflow.db.connection import open_database
+from libflow.db.deployment_choices import chosen_once
 from libflow.library.embeddings import int8_runtime, open_embedder, with_agreed_backend
 from libflow.library.embeddings.local import LocalEmbedder
 from libflow.models import Chunk, DeploymentChoice
@@ -116,7 +118,18 @@ async def test_a_process_on_another_kind_of_cpu_embeds_in_the_first_ones_space(
     assert await file_ids(api, "a cat sleeping on a mat", mode="semantic") == [file_id]
 
 
-async def test_processes_that_propose_at_once_agree(
+async def test_processes_that_propose_at_once_agree(no_choice_recorded: Shape) -> None:
+    # Both find no row, both insert: the database keeps one, and both read it back.
+    async with open_database(no_choice_recorded.settings.resolved_database_url):
+        chosen = await asyncio.gather(
+            chosen_once(int8_runtime.CHOICE_NAME, "openvino-int8"),
+            chosen_once(int8_runtime.CHOICE_NAME, "onnx-int8"),
+        )
+        recorded = await DeploymentChoice.get(name=int8_runtime.CHOICE_NAME)
+    assert chosen == [recorded.value, recorded.value]
+
+
+async def test_a_later_process_takes_the_recorded_choice(
     no_choice_recorded: Shape, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = no_choice_recorded.settings
