@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from libflow.engine.definition import MAX_TEMPLATE_TOKENS
+from libflow.engine.definition import MAX_EDGES, MAX_NODES, MAX_TEMPLATE_TOKENS
 from libflow.engine.expressions import evaluate
 from libflow.engine.render_budget import RunAllowance, RunOutOfTime
 from libflow.engine.run_budget import (
@@ -259,6 +259,27 @@ async def test_a_definition_value_nested_too_deeply_is_refused_at_publish(
         shaped_api, "POST", f"/{created['workflowId']}/versions", json={"definition": definition}
     )
     await assert_error(response, 400, "INVALID_WORKFLOW")
+
+
+async def test_a_definition_of_more_than_500_nodes_is_refused_at_publish(
+    shaped_api: Api,
+) -> None:
+    largest = chain(*(output(f"o{i}", i) for i in range(MAX_NODES - 1)))
+    assert (await create(shaped_api, largest))["workflowId"]
+    definition = chain(*(output(f"o{i}", i) for i in range(MAX_NODES)))
+    response = await call(shaped_api, "POST", "", json={"name": "wide", "definition": definition})
+    body = await assert_error(response, 400, "INVALID_WORKFLOW")
+    assert f"at most {MAX_NODES} nodes and {MAX_EDGES} edges" in body["message"]
+
+
+async def test_a_definition_of_more_than_2000_edges_is_refused_at_publish(
+    shaped_api: Api,
+) -> None:
+    definition = chain(output("x", 1))
+    definition["edges"] *= MAX_EDGES + 1
+    response = await call(shaped_api, "POST", "", json={"name": "dense", "definition": definition})
+    body = await assert_error(response, 400, "INVALID_WORKFLOW")
+    assert f"at most {MAX_NODES} nodes and {MAX_EDGES} edges" in body["message"]
 
 
 async def test_a_value_nested_too_deeply_at_run_time_fails_its_node(shaped_api: Api) -> None:
