@@ -73,10 +73,18 @@ class RunSecrets:
         self._asked: set[str] = set()
         self._everything = False
         self._loading: asyncio.Lock | None = None
-        self.view = SecretValues(self)
         # Every secret a render read, by name: what redaction hides.
         self.used: dict[str, str] = {}
         self._matcher: tuple[int, re.Pattern[str], dict[str, str]] | None = None
+
+    @property
+    def view(self) -> SecretValues:
+        """What a template sees as ``secrets``.
+
+        Made when asked for, not kept: a view kept here would make the two refer to each
+        other, a cycle that only the garbage collector frees, on every run.
+        """
+        return SecretValues(self)
 
     async def fetch_for(self, field: Any) -> None:
         """Load what a field about to be rendered may read, unless it is loaded already."""

@@ -77,6 +77,7 @@ def run_services(
         version: str | None,
         inputs: dict[str, Any],
         *,
+        services: NodeServices,
         parent_run_id: str | None,
         depth: int,
     ) -> dict[str, Any]:
@@ -98,7 +99,7 @@ def run_services(
             )
         return result.outputs
 
-    services = NodeServices(
+    return NodeServices(
         http=http,
         allow_private_addresses=settings.http_allow_private,
         # An operator's setting, not a workflow's: not subject to the private-address guard.
@@ -109,4 +110,3 @@ def run_services(
         # Loaded only if a field reads one; sub-runs share it, and so what it redacts.
         secrets=RunSecrets(partial(sealed_secrets, project_id), partial(open_secret, project_id)),
     )
-    return services

@@ -36,7 +36,12 @@ class SearchLibrary(Protocol):
 
 
 class CallWorkflow(Protocol):
-    """Runs a workflow of the run's project as a sub-run; its outputs, or a LibflowError."""
+    """Runs a workflow of the run's project as a sub-run; its outputs, or a LibflowError.
+
+    ``services`` are the calling run's (the sub-run shares them): handed over on each call
+    rather than held, which would make the services refer to themselves, a cycle that
+    only the garbage collector frees, on every run.
+    """
 
     async def __call__(
         self,
@@ -44,6 +49,7 @@ class CallWorkflow(Protocol):
         version: str | None,
         inputs: dict[str, Any],
         *,
+        services: NodeServices,
         parent_run_id: str | None,
         depth: int,
     ) -> dict[str, Any]: ...

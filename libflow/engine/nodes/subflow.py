@@ -82,6 +82,7 @@ async def _call(node: Node, state: RunState, inputs: dict[str, Any]) -> dict[str
                 node.config["workflowId"],
                 None if version is None else str(version),
                 inputs,
+                services=state.services,
                 parent_run_id=state.run_id,
                 depth=state.depth + 1,
             )
