@@ -6,7 +6,6 @@ server runs the job functions itself.
 
 from __future__ import annotations
 
-import gc
 import logging
 from collections.abc import AsyncIterator
 
@@ -29,6 +28,7 @@ from libflow.api import (
 from libflow.api.errors import serve_json_errors
 from libflow.api.middleware import api_middleware
 from libflow.api.routing import RouteTree
+from libflow.garbage_collection import keep_start_up_objects, release_start_up_objects
 from libflow.jobs import InProcessJobQueue
 from libflow.library.processing.isolation import ChildCrashed, start_preparation_server
 from libflow.metrics import HttpMetrics
@@ -43,9 +43,6 @@ from workers.functions import JOB_FUNCTIONS
 
 logger = logging.getLogger("libflow.app")
 
-# The young generation's threshold of the cyclic GC in a process serving the app (Python's
-# default: 700 new objects).
-YOUNG_GC_THRESHOLD = 20_000
 # Every route of the API, in the order aiohttp tries those of one shape.
 ROUTE_TABLES = (
     library.routes,
@@ -102,26 +99,12 @@ async def _rate_limiter(app: web.Application) -> AsyncIterator[None]:
         yield
 
 
-async def _freeze_start_up_objects(app: web.Application) -> None:
-    # What start-up loaded lives as long as the process (the embedding model alone is
-    # millions of objects). Left to the cyclic GC, every full collection walks all of it and
-    # pauses the loop for a quarter of a second (runsync p99: 280 ms, 23 ms frozen).
-    # No gc.collect() first: a full collection at every start-up cost the test suite minutes
-    # (many apps start in one process); what little garbage is frozen is freed at cleanup.
-    gc.freeze()
-    # A request's objects are freed by their reference counts (a test keeps runsync free
-    # of cycles), but while 32 requests are in flight several thousand of them are alive
-    # at once: at Python's default of 700 new objects the young generation was collected
-    # every few requests, walking the live ones each time for nothing (4% of runsync's
-    # CPU). Above what requests in flight hold, a collection comes only with real growth.
-    # Process-wide and left so at cleanup: it suits any process that serves the app.
-    gc.set_threshold(YOUNG_GC_THRESHOLD, *gc.get_threshold()[1:])
+async def _keep_start_up_objects(app: web.Application) -> None:
+    keep_start_up_objects()
 
 
-async def _unfreeze(app: web.Application) -> None:
-    # Several apps may start and stop in one process (tests): what the last one froze can
-    # become garbage, which only a collection that sees it can free.
-    gc.unfreeze()
+async def _release_start_up_objects(app: web.Application) -> None:
+    release_start_up_objects()
 
 
 def create_app(settings: Settings) -> web.Application:
@@ -138,8 +121,8 @@ def create_app(settings: Settings) -> web.Application:
     app[appkeys.METRICS_REGISTRY] = registry
     app[appkeys.METRICS] = metrics
     app.cleanup_ctx.extend([_resources, _rate_limiter, _periodic_jobs])
-    app.on_startup.append(_freeze_start_up_objects)  # after the contexts above have opened
-    app.on_cleanup.append(_unfreeze)
+    app.on_startup.append(_keep_start_up_objects)  # after the contexts above have opened
+    app.on_cleanup.append(_release_start_up_objects)
     routes = RouteTree()
     for table in ROUTE_TABLES:
         routes.add_routes(table)

@@ -1,8 +1,9 @@
 """A run leaves no reference cycles: what it made is freed by reference counts as it ends.
 
-An API process collects its young objects only every 20,000 new ones (libflow/app.py): a
-cycle made by every run would pile up between collections, and each collection would walk
-it. A run that reads a secret and calls another workflow touches every service a run has.
+A libflow process collects its young objects only every 20,000 new ones
+(libflow/garbage_collection.py): a cycle made by every run would pile up between
+collections, and each collection would walk it. A run that reads a secret and calls
+another workflow touches every service a run has.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import gc
 import types
 from typing import Any
 
-from tests.conftest import Api
+from libflow.garbage_collection import YOUNG_THRESHOLD
+from tests.conftest import Api, ClientFactory, Shape
 from tests.test_secrets import stored
 from tests.workflow_helpers import chain, create, output, runsync
 
@@ -55,3 +57,16 @@ async def test_a_run_leaves_nothing_for_the_cyclic_garbage_collector(shaped_api:
         gc.set_debug(0)
         gc.garbage.clear()
     assert cyclic == set()
+
+
+async def test_a_started_server_collects_its_young_objects_past_what_requests_hold(
+    start_app: ClientFactory, embedded: Shape
+) -> None:
+    default = gc.get_threshold()
+    gc.set_threshold(700, *default[1:])  # as in a new process (an earlier app set it here)
+    try:
+        await start_app(embedded.settings)
+        assert gc.get_threshold()[0] == YOUNG_THRESHOLD
+        assert gc.get_freeze_count() > 0  # what start-up made is out of the collector's way
+    finally:
+        gc.set_threshold(*default)

@@ -8,7 +8,6 @@ the job functions (checked against the ``Job`` names), the periodic jobs of
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import time
 from contextlib import AsyncExitStack
@@ -20,6 +19,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from libflow.engine.definition import MAX_TIMEOUT_SECONDS
+from libflow.garbage_collection import keep_start_up_objects, release_start_up_objects
 from libflow.jobs import (
     MAX_TRIES,
     Job,
@@ -95,8 +95,9 @@ async def startup(ctx: dict[str, Any]) -> None:
     except ChildCrashed as err:
         logger.warning("the preparation server did not start: %s", err)
     # As the server does (libflow.app): keep start-up's objects, the embedding model above
-    # all, out of the cyclic GC's full collections, each a pause of every running job.
-    gc.freeze()
+    # all, out of the cyclic GC's full collections, each a pause of every running job; and
+    # collect the young generation only past what the jobs in flight hold.
+    keep_start_up_objects()
     logger.info("worker ready")
 
 
@@ -105,7 +106,7 @@ async def shutdown(ctx: dict[str, Any]) -> None:
     stack: AsyncExitStack | None = ctx.get(_EXIT_STACK)
     if stack is not None:
         await stack.aclose()
-    gc.unfreeze()  # as the server does at cleanup: burst workers come and go in tests
+    release_start_up_objects()  # as the server does: burst workers come and go in tests
 
 
 def worker_settings(settings: Settings) -> dict[str, Any]:
