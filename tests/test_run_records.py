@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 from tortoise.backends.base.client import BaseDBAsyncClient
 
 from libflow import appkeys
+from libflow.db import group_commit
 from libflow.engine import WorkflowRun as EngineRun
 from libflow.ids import new_id
 from libflow.models import WorkflowRun
 from libflow.workflows.run_events import RunEventLog
-from libflow.workflows.runs import _RunRecorder
+from libflow.workflows.runs import _RunRecorder, run_version
 from libflow.workflows.versions import find_run_target
 from tests.conftest import Api
 from tests.workflow_helpers import call, chain, create, ok_json, output, runsync
@@ -67,3 +71,48 @@ async def test_an_integer_beyond_64_bits_is_answered_and_recorded_exactly(shaped
     assert answer["result"]["outputs"] == {"big": big, "keys": {"1": big}}
     runs = await ok_json(await call(shaped_api, "GET", f"/{workflow['workflowId']}/runs"))
     assert runs[0]["outputs"] == {"big": big, "keys": {"1": big}}
+
+
+async def test_a_caller_cancelled_while_its_run_is_saved_still_leaves_the_run_recorded(
+    shaped_api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The end of most runs is their only write, handed to the group commit unshielded: a
+    # client that leaves while that batch commits must not take the record with it.
+    app = shaped_api.client.app
+    assert app is not None
+    workflow = await create(shaped_api, chain(output("answer", 42)))
+    target = await find_run_target(
+        shaped_api.project_id, workflow["workflowId"], None, app[appkeys.READS]
+    )
+    committing, commit = asyncio.Event(), asyncio.Event()
+    commit_batch = group_commit._commit_batch
+
+    async def held_commit(batch: Any) -> None:
+        committing.set()
+        await commit.wait()
+        await commit_batch(batch)
+
+    monkeypatch.setattr(group_commit, "_commit_batch", held_commit)
+    caller = asyncio.create_task(
+        run_version(
+            target,
+            event="run",
+            inputs={},
+            trigger="api",
+            services=app[appkeys.RESOURCES].node_services(shaped_api.project_id),
+            control=app[appkeys.RESOURCES].runs,
+        )
+    )
+    await asyncio.wait_for(committing.wait(), 10)
+    caller.cancel()  # the client left: aiohttp cancels its handler
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    commit.set()
+
+    async def recorded() -> list[WorkflowRun]:
+        while not (found := await WorkflowRun.filter(workflow_id=workflow["workflowId"])):
+            await asyncio.sleep(0.01)
+        return found
+
+    [stored] = await asyncio.wait_for(recorded(), 10)
+    assert (stored.status, stored.outputs) == ("succeeded", {"answer": 42})
