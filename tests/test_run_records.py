@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from aiohttp import web
 from tortoise.backends.base.client import BaseDBAsyncClient
 
 from libflow import appkeys
@@ -15,7 +16,7 @@ from libflow.ids import new_id
 from libflow.models import WorkflowRun
 from libflow.workflows.run_events import RunEventLog
 from libflow.workflows.runs import _RunRecorder, run_version
-from libflow.workflows.versions import find_run_target
+from libflow.workflows.versions import RunTarget, find_run_target
 from tests.conftest import Api
 from tests.workflow_helpers import call, chain, create, ok_json, output, runsync
 
@@ -24,18 +25,22 @@ class Crash(Exception):
     """The process died between the run's end and its caller's write."""
 
 
+async def _answer_42(api: Api) -> tuple[web.Application, RunTarget]:
+    """The api's app, and the run target of a new workflow answering 42."""
+    app = api.client.app
+    assert app is not None
+    workflow = await create(api, chain(output("answer", 42)))
+    target = await find_run_target(api.project_id, workflow["workflowId"], None, app[appkeys.READS])
+    return app, target
+
+
 async def test_a_crash_before_the_callers_write_leaves_the_run_running_not_finished(
     shaped_api: Api,
 ) -> None:
     # A long run's "running" record may still wait in a group commit when the run ends.
     # If that insert carried the end, a worker killed before the delivery's own update
     # would leave a succeeded run beside a delivery the sweep then fails (INTERRUPTED).
-    app = shaped_api.client.app
-    assert app is not None
-    workflow = await create(shaped_api, chain(output("answer", 42)))
-    target = await find_run_target(
-        shaped_api.project_id, workflow["workflowId"], None, app[appkeys.READS]
-    )
+    app, target = await _answer_42(shaped_api)
     run = EngineRun(
         target.definition,
         event="run",
@@ -78,12 +83,7 @@ async def test_a_caller_cancelled_while_its_run_is_saved_still_leaves_the_run_re
 ) -> None:
     # The end of most runs is their only write, handed to the group commit unshielded: a
     # client that leaves while that batch commits must not take the record with it.
-    app = shaped_api.client.app
-    assert app is not None
-    workflow = await create(shaped_api, chain(output("answer", 42)))
-    target = await find_run_target(
-        shaped_api.project_id, workflow["workflowId"], None, app[appkeys.READS]
-    )
+    app, target = await _answer_42(shaped_api)
     committing, commit = asyncio.Event(), asyncio.Event()
     commit_batch = group_commit._commit_batch
 
@@ -110,7 +110,7 @@ async def test_a_caller_cancelled_while_its_run_is_saved_still_leaves_the_run_re
     commit.set()
 
     async def recorded() -> list[WorkflowRun]:
-        while not (found := await WorkflowRun.filter(workflow_id=workflow["workflowId"])):
+        while not (found := await WorkflowRun.filter(workflow_id=target.workflow_id)):
             await asyncio.sleep(0.01)
         return found
 
