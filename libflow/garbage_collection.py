@@ -7,11 +7,12 @@ started. No ``gc.collect()`` first: a full collection at every start-up cost the
 minutes (many apps and burst workers start in one process); what little garbage is frozen
 is freed once unfrozen.
 
-Requests and jobs are freed by their reference counts (tests/test_run_garbage.py keeps runs
-free of cycles), but with 32 requests in flight several thousand of their objects are alive
-at once: at Python's default of 700 new objects the young generation was collected every
-few requests, walking the live ones each time for nothing (the GC took 6-8% of runsync's
-CPU). Above what requests in flight hold, a collection comes only with real growth.
+Requests and jobs are freed by their reference counts (tests/test_run_garbage.py keeps runs,
+queued runs, deliveries and file processing free of cycles), but with 32 requests in flight
+several thousand of their objects are alive at once: at Python's default of 700 new
+objects the young generation was collected every few requests, walking the live ones each
+time for nothing (the GC took 6-8% of runsync's CPU). Above what requests in flight hold,
+a collection comes only with real growth.
 """
 
 from __future__ import annotations

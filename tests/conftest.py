@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -397,6 +398,25 @@ async def run_worker_burst(settings: Settings) -> None:
     try:
         await asyncio.create_task(worker.main(), context=contextvars.Context())
     finally:
+        await asyncio.create_task(worker.close(), context=contextvars.Context())
+
+
+@asynccontextmanager
+async def worker_running(settings: Settings) -> AsyncIterator[LibflowWorker]:
+    """A real arq worker polling the queue, as a worker process would, until the block ends."""
+    options = {**worker_settings(settings), "poll_delay": 0.05}
+    worker = LibflowWorker(**options, handle_signals=False)
+    polling = asyncio.create_task(worker.main(), context=contextvars.Context())
+    try:
+        yield worker
+    finally:
+        # Its jobs end first: a job cancelled mid-download would leave its file open.
+        for _ in range(200):
+            if not worker.tasks:
+                break
+            await asyncio.sleep(0.05)
+        polling.cancel()
+        await asyncio.gather(polling, return_exceptions=True)
         await asyncio.create_task(worker.close(), context=contextvars.Context())
 
 

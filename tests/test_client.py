@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -11,35 +11,20 @@ from typing import Any
 import pytest
 
 from libflow.client import ApiError, LibflowClient, SyncLibflowClient
-from tests.conftest import Api, fixture_bytes
+from tests.conftest import Api, fixture_bytes, worker_running
 from tests.webhook_helpers import deliver, echo, event_body, standard_headers
 from tests.workflow_helpers import chain, output
-from workers.worker import LibflowWorker, worker_settings
 
 
 @pytest.fixture
 async def libflow(shaped_api: Api) -> AsyncIterator[LibflowClient]:
     """A client of the test server's project; on the scaled shape a worker runs meanwhile."""
     url = str(shaped_api.client.make_url("/"))
-    worker = None
-    polling = None
-    if shaped_api.shape.uses_worker:
-        options = {**worker_settings(shaped_api.shape.settings), "poll_delay": 0.05}
-        worker = LibflowWorker(**options, handle_signals=False)
-        polling = asyncio.create_task(worker.main(), context=contextvars.Context())
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        if shaped_api.shape.uses_worker:
+            await stack.enter_async_context(worker_running(shaped_api.shape.settings))
         async with LibflowClient(url, shaped_api.api_key, shaped_api.project_id) as client:
             yield client
-    finally:
-        if worker is not None and polling is not None:
-            # Its jobs end first: a job cancelled mid-download would leave its file open.
-            for _ in range(200):
-                if not worker.tasks:
-                    break
-                await asyncio.sleep(0.05)
-            polling.cancel()
-            await asyncio.gather(polling, return_exceptions=True)
-            await asyncio.create_task(worker.close(), context=contextvars.Context())
 
 
 async def test_upload_lists_gets_and_downloads_a_file(
