@@ -402,13 +402,18 @@ async def run_worker_burst(settings: Settings) -> None:
 
 
 @asynccontextmanager
-async def worker_running(settings: Settings) -> AsyncIterator[LibflowWorker]:
-    """A real arq worker polling the queue, as a worker process would, until the block ends."""
-    options = {**worker_settings(settings), "poll_delay": 0.05}
+async def jobs_running(shape: Shape) -> AsyncIterator[None]:
+    """Queued jobs run as they are queued until the block ends: the embedded shape's
+    in-process queue does so by itself; on the scaled shape a real arq worker polls the
+    queue, as a worker process would."""
+    if not shape.uses_worker:
+        yield
+        return
+    options = {**worker_settings(shape.settings), "poll_delay": 0.05}
     worker = LibflowWorker(**options, handle_signals=False)
     polling = asyncio.create_task(worker.main(), context=contextvars.Context())
     try:
-        yield worker
+        yield
     finally:
         # Its jobs end first: a job cancelled mid-download would leave its file open.
         for _ in range(200):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import ClientResponse
@@ -65,3 +65,11 @@ async def eventually(condition: Callable[[], bool], what: str, timeout: float = 
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting until {what}"
         await asyncio.sleep(0.01)
+
+
+async def until(done: Callable[[], Awaitable[bool]], what: str, timeout: float = 30) -> None:
+    """``eventually`` for a condition that asks the server (a request a poll)."""
+    deadline = time.monotonic() + timeout
+    while not await done():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        await asyncio.sleep(0.05)

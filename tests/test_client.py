@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 import pytest
 
 from libflow.client import ApiError, LibflowClient, SyncLibflowClient
-from tests.conftest import Api, fixture_bytes, worker_running
+from tests.conftest import Api, fixture_bytes, jobs_running
 from tests.webhook_helpers import deliver, echo, event_body, standard_headers
 from tests.workflow_helpers import chain, output
 
@@ -20,11 +19,11 @@ from tests.workflow_helpers import chain, output
 async def libflow(shaped_api: Api) -> AsyncIterator[LibflowClient]:
     """A client of the test server's project; on the scaled shape a worker runs meanwhile."""
     url = str(shaped_api.client.make_url("/"))
-    async with contextlib.AsyncExitStack() as stack:
-        if shaped_api.shape.uses_worker:
-            await stack.enter_async_context(worker_running(shaped_api.shape.settings))
-        async with LibflowClient(url, shaped_api.api_key, shaped_api.project_id) as client:
-            yield client
+    async with (
+        jobs_running(shaped_api.shape),
+        LibflowClient(url, shaped_api.api_key, shaped_api.project_id) as client,
+    ):
+        yield client
 
 
 async def test_upload_lists_gets_and_downloads_a_file(

@@ -12,10 +12,7 @@ own start and stop).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import gc
-import time
 import types
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -23,7 +20,8 @@ from typing import Any
 import pytest
 
 from libflow.garbage_collection import YOUNG_THRESHOLD
-from tests.conftest import Api, ClientFactory, Shape, worker_running
+from tests.conftest import Api, ClientFactory, Shape, jobs_running
+from tests.library_helpers import until
 from tests.processing_helpers import get_record, upload_fixture
 from tests.run_helpers import start, wait_for_status
 from tests.test_secrets import stored
@@ -61,20 +59,10 @@ async def left_in_cycles(work: Work) -> set[str]:
         gc.garbage.clear()
 
 
-async def until(done: Callable[[], Awaitable[bool]], what: str, timeout: float = 30) -> None:
-    """Poll ``done`` until it holds (the jobs run meanwhile, on their own)."""
-    deadline = time.monotonic() + timeout
-    while not await done():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        await asyncio.sleep(0.05)
-
-
 @pytest.fixture
 async def working_api(shaped_api: Api) -> AsyncIterator[Api]:
     """A project whose jobs run as they are queued: on the scaled shape a worker polls."""
-    async with contextlib.AsyncExitStack() as stack:
-        if shaped_api.shape.uses_worker:
-            await stack.enter_async_context(worker_running(shaped_api.shape.settings))
+    async with jobs_running(shaped_api.shape):
         yield shaped_api
 
 
