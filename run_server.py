@@ -14,6 +14,7 @@ from aiohttp import web
 
 from libflow.app import create_app
 from libflow.db.connection import open_database
+from libflow.event_loop import new_event_loop
 from libflow.logs import configure_logging
 from libflow.secrets.crypto import box_of, use_secret_box
 from libflow.supervisor import REQUEST_GRACE_SECONDS, group_slot, supervise
@@ -62,6 +63,7 @@ def serve(settings: Settings, *, in_group: bool) -> None:
         app.cleanup_ctx.append(_exit_with_supervisor)
     web.run_app(
         app,
+        loop=new_event_loop(settings.event_loop),
         host=settings.host,
         port=settings.port,
         # The servers of a group each bind the port; the kernel spreads connections.

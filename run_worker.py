@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from libflow.event_loop import new_event_loop
 from libflow.logs import configure_logging
 from settings import SettingsError, settings_from_env
 from workers.worker import LibflowWorker, wait_for_redis, worker_settings
@@ -29,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     configure_logging(settings.log_level)
     wait_for_redis(settings.redis_url)
+    new_event_loop(settings.event_loop)  # the worker runs on the thread's current loop
     worker = LibflowWorker(**worker_settings(settings), burst=args.burst, handle_signals=True)
     worker.run()
     return 0

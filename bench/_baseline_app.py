@@ -14,6 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
+from bench._common import bare_event_loop
+
 PAYLOAD = web.AppKey[dict[str, Any]]("payload")
 
 
@@ -44,7 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--payload", type=Path, required=True)
     args = parser.parse_args(argv)
     payload = json.loads(args.payload.read_text())
-    web.run_app(create_app(payload), host="127.0.0.1", port=args.port, access_log=None, print=None)
+    web.run_app(
+        create_app(payload),
+        loop=bare_event_loop(),
+        host="127.0.0.1",
+        port=args.port,
+        access_log=None,
+        print=None,
+    )
     return 0
 
 

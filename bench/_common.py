@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import math
@@ -28,8 +29,20 @@ MiB = 1024 * 1024
 SERVER_START_TIMEOUT = 120.0
 SERVER_STOP_TIMEOUT = 15.0
 LOG_LEVEL = "WARNING"
+# A bare baseline server started with this variable set to "uvloop" runs on uvloop's loop, as
+# libflow's servers do; unset, on asyncio's own, as a bare aiohttp handler does by default.
+BARE_LOOP_VARIABLE = "BENCH_BARE_LOOP"
 # Units of things counted one by one: shown without decimals.
 COUNT_UNITS = frozenset({"req", "dlv"})
+
+
+def bare_event_loop() -> asyncio.AbstractEventLoop | None:
+    """The loop a bare baseline serves on (``BARE_LOOP_VARIABLE``); None: run_app's default."""
+    if os.environ.get(BARE_LOOP_VARIABLE) == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop()
+    return None
 
 
 class BenchError(RuntimeError):

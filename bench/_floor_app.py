@@ -22,6 +22,7 @@ from bench._common import FLOOR_GET_FILE_ROUTE, FLOOR_RUNSYNC_ROUTE
 from libflow.api.bodies import RunSyncBody, parse_body
 from libflow.api.routing import route_tree
 from libflow.app import create_app
+from libflow.event_loop import new_event_loop
 from libflow.logs import configure_logging
 from settings import settings_from_env
 
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     # As run_server.py serves the app.
     web.run_app(
         app,
+        loop=new_event_loop(settings.event_loop),
         host="127.0.0.1",
         port=args.port,
         access_log=None,

@@ -2,6 +2,8 @@
 
 A third server, the floor (``bench._floor_app``), is libflow's own application answering the
 same JSON from a route that reads nothing: what a keyed libflow route costs before its work.
+libflow and the floor run on uvloop, libflow's default; the bare handler runs on asyncio's
+loop, aiohttp's default (the goal's baseline), and once more on uvloop.
 Every server is pinned to CPU 0 and wrk to CPU 1; same duration and connections, one run.
 Run alone with ``python -m bench.get_file``.
 """
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import (
+    BARE_LOOP_VARIABLE,
     FLOOR_GET_FILE_ROUTE,
     LOG_LEVEL,
     PYTHON,
@@ -176,6 +179,19 @@ def floor_row(name: str, what: str, floor: WrkRun, bare: WrkRun) -> Result:
     )
 
 
+def uvloop_row(name: str, what: str, ours: WrkRun, bare_uvloop: WrkRun) -> Result:
+    """libflow's throughput beside the bare handler served on uvloop, as libflow is: how much
+    of the ratio to the goal's baseline (asyncio's loop) the loop alone accounts for."""
+    return Result(
+        name,
+        f"{what}, vs the bare handler on uvloop",
+        ours.requests_per_second,
+        "req/s",
+        baseline=bare_uvloop.requests_per_second,
+        baseline_label="bare aiohttp on uvloop",
+    )
+
+
 def run() -> Report:
     """Warm the servers up, then measure the bare baseline, the floor and libflow back to back."""
     work = Path(tempfile.mkdtemp(prefix="libflow-bench-get-"))
@@ -185,7 +201,7 @@ def run() -> Report:
         floor_env = libflow_env(floor_dir)
         project, key = create_project(env)
         floor_project, floor_key = create_project(floor_env)
-        port, baseline_port, floor_port = free_port(), free_port(), free_port()
+        port, baseline_port, floor_port, uvloop_port = (free_port() for _ in range(4))
         with libflow_server(port, data_dir, env, cpu=SERVER_CPU):
             base = f"http://127.0.0.1:{port}"
             detail = _prepare_file(base, project, key)
@@ -194,25 +210,33 @@ def run() -> Report:
             payload_path.write_bytes(body)
             path = f"/api/publicv1/projects/{project}/library/files/{detail['id']}"
             floor_path = FLOOR_GET_FILE_ROUTE.format(projectId=floor_project, fileId=detail["id"])
-            baseline_cmd = [PYTHON, "-m", "bench._baseline_app", "--port", str(baseline_port)]
+            baseline_cmd = [PYTHON, "-m", "bench._baseline_app", "--payload", str(payload_path)]
             with (
                 server(
-                    [*baseline_cmd, "--payload", str(payload_path)],
+                    [*baseline_cmd, "--port", str(baseline_port)],
                     port=baseline_port,
                     env=env,
                     log_path=work / "baseline.log",
                     cpu=SERVER_CPU,
                 ),
                 floor_server(floor_port, floor_env, work / "floor.log", SERVER_CPU, payload_path),
+                server(
+                    [*baseline_cmd, "--port", str(uvloop_port)],
+                    port=uvloop_port,
+                    env={**env, BARE_LOOP_VARIABLE: "uvloop"},
+                    log_path=work / "baseline-uvloop.log",
+                    cpu=SERVER_CPU,
+                ),
             ):
                 targets = [
                     (f"http://127.0.0.1:{baseline_port}{path}", None),
                     (f"http://127.0.0.1:{floor_port}{floor_path}", {"Authorization": floor_key}),
                     (base + path, {"Authorization": key}),
+                    (f"http://127.0.0.1:{uvloop_port}{path}", None),
                 ]
                 for url, headers in targets:
                     wrk(url, WARMUP_SECONDS, headers)
-                bare, floor, libflow = (
+                bare, floor, libflow, bare_uvloop = (
                     wrk(url, DURATION_SECONDS, headers) for url, headers in targets
                 )
     finally:
@@ -220,15 +244,18 @@ def run() -> Report:
 
     rows = wrk_comparison(NAME, "GET files/:id", libflow, bare, RATIO_GOAL)
     rows.insert(1, floor_row(NAME, "no read", floor, bare))
+    rows.insert(2, uvloop_row(NAME, "GET files/:id", libflow, bare_uvloop))
     notes = [
         f"get_file: wrk -t{THREADS} -c{CONNECTIONS} -d{DURATION_SECONDS}s --latency on CPU "
         f"{WRK_CPU} after a {WARMUP_SECONDS}s warm-up each; all servers on CPU {SERVER_CPU}; "
-        f"{bare.requests} / {floor.requests} / {libflow.requests} requests "
-        "(bare / floor / libflow)",
+        f"{bare.requests} / {floor.requests} / {libflow.requests} / {bare_uvloop.requests} "
+        "requests (bare / floor / libflow / bare on uvloop)",
         f"get_file: libflow with LIBFLOW_LOG_LEVEL={LOG_LEVEL} (the INFO access log is off), "
         "LIBFLOW_API_KEY_CACHE_SECONDS default (5), SQLite database; "
         f"JSON body {len(body)} bytes, served re-serialized by the baseline and by the floor "
-        "(libflow's app and middlewares around a route that reads nothing)",
+        "(libflow's app and middlewares around a route that reads nothing); libflow and the "
+        "floor run on uvloop (libflow's default), the bare handler on asyncio's loop (aiohttp's "
+        "default) and again on uvloop",
     ]
     return Report(rows, notes)
 

@@ -6,7 +6,9 @@ baseline is one aiohttp handler that parses the same JSON body and answers the s
 shape, without middleware or database. A third server, the floor (``bench._floor_app``), is
 libflow's own application with one more route whose handler validates the body and answers
 the same JSON without running anything: what any keyed libflow route costs before it does its
-work. Every server is pinned to CPU 0 and wrk to CPU 1, with the settings of
+work. libflow and the floor run on uvloop (libflow's default); the bare handler runs on
+asyncio's loop (aiohttp's default, the goal's baseline) and once more on uvloop. Every server
+is pinned to CPU 0 and wrk to CPU 1, with the settings of
 ``bench.get_file``; wrk POSTs the body through a Lua script in a temp file. Run alone with
 ``python -m bench.runsync``; ``python -m bench.runsync serve-baseline --port P`` serves the
 baseline.
@@ -26,12 +28,14 @@ from typing import Any
 from aiohttp import web
 
 from bench._common import (
+    BARE_LOOP_VARIABLE,
     FLOOR_RUNSYNC_ROUTE,
     LOG_LEVEL,
     PYTHON,
     BenchError,
     Report,
     Result,
+    bare_event_loop,
     create_project,
     floor_server,
     free_port,
@@ -50,6 +54,7 @@ from bench.get_file import (
     WRK_CPU,
     WrkRun,
     floor_row,
+    uvloop_row,
     wrk,
     wrk_comparison,
 )
@@ -102,7 +107,14 @@ def baseline_app() -> web.Application:
 
 def serve_baseline(port: int) -> None:
     """Serve the baseline until SIGTERM/SIGINT."""
-    web.run_app(baseline_app(), host="127.0.0.1", port=port, access_log=None, print=None)
+    web.run_app(
+        baseline_app(),
+        loop=bare_event_loop(),
+        host="127.0.0.1",
+        port=port,
+        access_log=None,
+        print=None,
+    )
 
 
 # The load generator
@@ -175,7 +187,9 @@ def run() -> Report:
         floor_env = libflow_env(floor_dir)
         project, key = create_project(env)
         floor_project, floor_key = create_project(floor_env)
-        port, baseline_port, floor_port, recorded_port = (free_port() for _ in range(4))
+        port, baseline_port, floor_port, recorded_port, uvloop_port = (
+            free_port() for _ in range(5)
+        )
         body = json.dumps(BODY).encode()
         script = lua_script(work / "runsync.lua", body)
         with libflow_server(port, data_dir, env, cpu=SERVER_CPU):
@@ -201,12 +215,23 @@ def run() -> Report:
             recorded_url = f"http://127.0.0.1:{recorded_port}" + ROUTE.format(
                 projectId=project, workflowId=workflow_id
             )
+            uvloop_url = f"http://127.0.0.1:{uvloop_port}" + ROUTE.format(
+                projectId=project, workflowId=workflow_id
+            )
+            baseline_cmd = [PYTHON, "-m", "bench.runsync", "serve-baseline", "--port"]
             with (
                 server(
-                    [PYTHON, "-m", "bench.runsync", "serve-baseline", "--port", str(baseline_port)],
+                    [*baseline_cmd, str(baseline_port)],
                     port=baseline_port,
                     env=env,
                     log_path=work / "baseline.log",
+                    cpu=SERVER_CPU,
+                ),
+                server(
+                    [*baseline_cmd, str(uvloop_port)],
+                    port=uvloop_port,
+                    env={**env, BARE_LOOP_VARIABLE: "uvloop"},
+                    log_path=work / "baseline-uvloop.log",
                     cpu=SERVER_CPU,
                 ),
                 floor_server(floor_port, floor_env, work / "floor.log", SERVER_CPU),
@@ -226,12 +251,13 @@ def run() -> Report:
                     (recorded_url, None),
                     (floor_url, floor_key),
                     (url, key),
+                    (uvloop_url, None),
                 ]
                 for target, api_key in targets:
                     _check_answer(target, api_key)
                     headers = {"Authorization": api_key} if api_key else None
                     wrk(target, WARMUP_SECONDS, headers, script)
-                bare, recorded_bare, floor, libflow = (
+                bare, recorded_bare, floor, libflow, bare_uvloop = (
                     wrk(target, DURATION_SECONDS, {"Authorization": k} if k else None, script)
                     for target, k in targets
                 )
@@ -246,12 +272,13 @@ def run() -> Report:
     rows = wrk_comparison(NAME, "runsync 3-node", libflow, bare, RATIO_GOAL)
     rows.insert(1, floor_row(NAME, "no run", floor, bare))
     rows.insert(2, recorded_row(NAME, recorded_bare, bare))
+    rows.insert(3, uvloop_row(NAME, "runsync 3-node", libflow, bare_uvloop))
     notes = [
         f"runsync: wrk -t{THREADS} -c{CONNECTIONS} -d{DURATION_SECONDS}s --latency -s (POST "
         f"{len(body)}-byte JSON body) on CPU {WRK_CPU} after a {WARMUP_SECONDS}s warm-up each; "
         f"all servers on CPU {SERVER_CPU}; {bare.requests} / {floor.requests} / "
         f"{libflow.requests} requests (bare / floor / libflow); {recorded_bare.requests} "
-        "(the recorded bare handler)",
+        f"(the recorded bare handler), {bare_uvloop.requests} (the bare handler on uvloop)",
         "runsync: workflow event -> input -> template -> set_output, each run recorded "
         f"in SQLite before the answer; LIBFLOW_LOG_LEVEL={LOG_LEVEL}, "
         "LIBFLOW_API_KEY_CACHE_SECONDS default (5); the baseline parses the body and answers "
@@ -259,7 +286,9 @@ def run() -> Report:
         "key check, rate limit, body model) around a handler that only answers that JSON; "
         "the recorded bare handler (bench._recorded_baseline) is the bare handler plus the "
         "run's row committed durably (group commit, WAL, synchronous=FULL) into a copy of "
-        "libflow's database before the answer: the ceiling of any runsync recording every run",
+        "libflow's database before the answer: the ceiling of any runsync recording every run; "
+        "libflow and the floor run on uvloop (libflow's default), the bare handlers on "
+        "asyncio's loop (aiohttp's default), and the bare handler again on uvloop",
     ]
     return Report(rows, notes)
 

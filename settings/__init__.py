@@ -15,6 +15,10 @@ ENV_PREFIX = "LIBFLOW_"
 MiB = 1024 * 1024
 
 
+# uvloop where it is installed, or the standard library's own loop.
+EventLoopKind = Literal["uvloop", "asyncio"]
+
+
 class SettingsError(ValueError):
     """A setting has a value libflow cannot use."""
 
@@ -76,6 +80,8 @@ class Settings(BaseModel):
     # API processes serving the port (run_server.py --workers): more than one shares it
     # with SO_REUSEPORT under a supervisor that restarts a process that dies.
     workers: int = Field(default=1, ge=1, le=64)
+    # The event loop of server and worker processes (libflow/event_loop.py).
+    event_loop: EventLoopKind = "uvloop"
 
     @property
     def resolved_database_url(self) -> str:

@@ -26,6 +26,7 @@ from redis.asyncio import Redis
 from tortoise.backends.base.executor import EXECUTOR_CACHE
 
 from libflow.app import create_app
+from libflow.event_loop import loop_factory
 from libflow.projects import create_api_key, create_project
 from settings import Settings
 from tests.pgvector_server import HOW_TO_INSTALL as INSTALL_PGVECTOR
@@ -41,6 +42,13 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # would otherwise export it again, seconds each); keyed by the weights, so never stale.
 MODEL_CACHE = Path(tempfile.gettempdir()) / "libflow-test-model-cache"
 os.environ["LIBFLOW_MODEL_CACHE_DIR"] = str(MODEL_CACHE)
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """Every test and async fixture runs on the loop servers and workers run on (uvloop)."""
+    return {"uvloop": loop_factory(Settings().event_loop)}
 
 
 def fixture_bytes(name: str) -> bytes:

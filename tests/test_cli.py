@@ -191,6 +191,17 @@ def test_server_on_an_empty_data_dir_says_how_to_create_a_project(server: Server
     assert "libflow projects create NAME --json" in server.log.read_text()
 
 
+def test_server_runs_on_uvloop_by_default(server: Server) -> None:
+    assert '"event loop: uvloop"' in server.log.read_text()
+
+
+def test_server_runs_on_the_standard_event_loop_when_asked(tmp_path: Path) -> None:
+    with running_server(tmp_path / "data", LIBFLOW_EVENT_LOOP="asyncio") as started:
+        created = ok_json(libflow(started.data_dir, "projects", "create", "demo", "--json"))
+        assert started.files(created["projectId"], created["apiKey"]) == []
+        assert '"event loop: asyncio"' in started.log.read_text()
+
+
 def test_projects_create_prints_project_id_and_api_key(tmp_path: Path) -> None:
     created = ok_json(libflow(tmp_path, "projects", "create", "My project", "--json"))
     assert set(created) == {"projectId", "apiKey"}

@@ -95,6 +95,7 @@ def test_reads_the_process_environment_by_default(monkeypatch: pytest.MonkeyPatc
         ("LIBFLOW_HTTP_ALLOW_PRIVATE", "maybe"),
         ("LIBFLOW_STORAGE", "ftp"),
         ("LIBFLOW_JOB_CONCURRENCY", "1.5"),
+        ("LIBFLOW_EVENT_LOOP", "trio"),
     ],
 )
 def test_invalid_values_raise_settings_error_naming_the_variable(name: str, value: str) -> None:

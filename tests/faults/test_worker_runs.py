@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.faults.conftest import ServerFactory
-from tests.faults.processes import Server, Worker, http_json, wait_for
+from tests.faults.processes import Process, Server, Worker, http_json, wait_for
 from tests.private_redis import PrivateRedis
 from tests.workflow_helpers import chain, output
 
@@ -120,3 +121,13 @@ def check_interrupted(api: str, key: str, run_id: str, running: dict[str, Any]) 
     # Not claimed again: the new worker leaves it as it is.
     time.sleep(3)
     assert run_record(api, key, run_id) == run
+
+
+def test_a_worker_runs_on_uvloop(server: Server, tmp_path: Path) -> None:
+    env = {**server.env, "LIBFLOW_LOG_LEVEL": "INFO"}  # the line is logged at INFO
+    worker = Process([sys.executable, "run_worker.py"], env, tmp_path / "worker.log")
+    worker.start()
+    try:
+        wait_for(lambda: '"event loop: uvloop"' in worker.output(), 30, "no uvloop in the log")
+    finally:
+        worker.stop()
