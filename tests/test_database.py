@@ -15,10 +15,10 @@ from tortoise.migrations.autodetector import MigrationAutodetector
 
 from libflow import appkeys
 from libflow.db.connection import open_database, tortoise_config
-from libflow.db.fast_reads import FileRecord
+from libflow.db.fast_reads import AnyFolder, FileRecord, _file_page_in_orm
 from libflow.db.new_rows import new_instance
 from libflow.ids import utcnow
-from libflow.models import LibraryFile, ProcessingStatus, Project, WorkflowRun
+from libflow.models import Folder, LibraryFile, ProcessingStatus, Project, WorkflowRun
 from tests.conftest import Api, ClientFactory, base_settings, new_project
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,6 +160,48 @@ async def test_a_file_record_read_inline_is_the_record_of_the_orms_model(api: Ap
     assert {n: type(v) for n, v in as_read.items()} == {n: type(v) for n, v in expected.items()}
     assert await reads.file_record(api.project_id, "f" * 24) is None
     assert await reads.file_record("p" * 24, created.id) is None
+
+
+async def test_a_page_of_file_records_read_inline_is_what_the_orm_reads(api: Api) -> None:
+    # The file list reads its page straight from the rows too: the same records, in the
+    # same order, for every filter the list has (a folder, the root, a cursor).
+    app = api.client.app
+    assert app is not None
+    reads = app[appkeys.READS]
+    folder = await Folder.create(project_id=api.project_id, name="reports", parent_id=None)
+    for index in range(5):
+        await LibraryFile.create(
+            project_id=api.project_id,
+            folder_id=folder.id if index % 2 else None,
+            name=f"notes {index}.txt",
+            file_type="txt",
+            mime_type="text/plain",
+            storage_key=f"{api.project_id}/notes-{index}.txt",
+            metadata={"index": index},
+        )
+    first_two = await LibraryFile.filter(project_id=api.project_id).order_by("created_at").limit(2)
+    # Two share a moment: the id breaks the tie.
+    await LibraryFile.filter(id__in=[f.id for f in first_two]).update(created_at=utcnow())
+    newest_first = await reads.file_records_page(
+        api.project_id, folder=AnyFolder.ANY, after=None, limit=10
+    )
+    assert len(newest_first) == 5
+    after = (newest_first[2].created_at, newest_first[2].id)
+    for folder_filter in (AnyFolder.ANY, None, folder.id):
+        for cursor in (None, after):
+            inline = await reads.file_records_page(
+                api.project_id, folder=folder_filter, after=cursor, limit=2
+            )
+            orm = await _file_page_in_orm(api.project_id, folder_filter, cursor, 2)
+            assert [record._asdict() for record in inline] == [
+                FileRecord.of(file)._asdict() for file in orm
+            ]
+    assert [r.id for r in newest_first[3:]] == [
+        r.id
+        for r in await reads.file_records_page(
+            api.project_id, folder=AnyFolder.ANY, after=after, limit=10
+        )
+    ]
 
 
 async def test_a_run_record_made_fast_is_what_the_model_makes(api: Api) -> None:

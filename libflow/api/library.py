@@ -99,7 +99,11 @@ async def list_files(request: web.Request) -> web.Response:
     limit = query_limit(request, default=MAX_PAGE, maximum=MAX_PAGE)
     folder_id = request.query.get("dir") or None
     page, next_cursor = await files.list_files(
-        _project(request), folder_id=folder_id, limit=limit, cursor=request.query.get("cursor")
+        request.app[appkeys.READS],
+        _project(request),
+        folder_id=folder_id,
+        limit=limit,
+        cursor=request.query.get("cursor"),
     )
     response = json_response([file_json(f) for f in page])
     if next_cursor is not None:

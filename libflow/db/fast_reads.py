@@ -15,9 +15,11 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple, TypeVar
+from enum import Enum
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from tortoise import fields
+from tortoise.expressions import Q
 from tortoise.fields.data import CharEnumFieldInstance
 from tortoise.models import Model
 
@@ -29,6 +31,12 @@ from libflow.models import LibraryFile, Webhook, Workflow, WorkflowVersion
 logger = logging.getLogger("libflow.inline_reads")
 
 M = TypeVar("M", bound=Model)
+
+
+class AnyFolder(Enum):
+    """``file_records_page`` of every folder, the root's files included."""
+
+    ANY = "any"
 
 
 class InlineReadUnavailable(Exception):
@@ -60,6 +68,16 @@ class InlineReads:
     def values(self, sql: str, parameters: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """The first row of ``sql`` as a tuple, or None; InlineReadUnavailable to fall back."""
         return self._first(sql, parameters)[1]
+
+    def all_values(self, sql: str, parameters: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """Every row of ``sql`` as tuples; InlineReadUnavailable to fall back."""
+        if self._connection is None:
+            raise InlineReadUnavailable("not a SQLite database")
+        try:
+            return self._connection.execute(sql, parameters).fetchall()
+        except sqlite3.OperationalError as err:
+            logger.debug("inline read fell back to the ORM: %s", err)
+            raise InlineReadUnavailable(str(err)) from err
 
     def _first(
         self, sql: str, parameters: tuple[Any, ...]
@@ -178,11 +196,15 @@ class FileRecord(NamedTuple):
 # The record's JSON fields, and the column each is stored in.
 _JSON_TEXT = {"metadata_json": "metadata", "steps_json": "steps"}
 # The record's own field names, in its order: no input reaches this text.
-_FILE_RECORD_SQL = (
+_FILE_RECORDS_SQL = (
     "SELECT "  # noqa: S608
     + ", ".join(f'"{_JSON_TEXT.get(name, name)}"' for name in FileRecord._fields)
-    + ' FROM "library_files" WHERE "id" = ? AND "project_id" = ?'
+    + ' FROM "library_files"'
 )
+_FILE_RECORD_SQL = _FILE_RECORDS_SQL + ' WHERE "id" = ? AND "project_id" = ?'
+# A page of a project's files (``file_records_page`` adds its filters), newest first.
+_FILE_PAGE_SQL = _FILE_RECORDS_SQL + ' WHERE "project_id" = ?'
+_FILE_PAGE_ORDER = ' ORDER BY "created_at" DESC, "id" DESC LIMIT ?'
 # What SQLite hands back as another type than the record's: ISO text, 0/1, a NULL default.
 _SQLITE_CONVERSIONS: tuple[tuple[int, Callable[[Any], Any]], ...] = tuple(
     (FileRecord._fields.index(name), convert)
@@ -256,6 +278,37 @@ class FastReads:
             return None if file is None else FileRecord.of(file)
         return None if row is None else _file_record(row)
 
+    async def file_records_page(
+        self,
+        project_id: str,
+        *,
+        folder: str | Literal[AnyFolder.ANY] | None,
+        after: tuple[datetime, str] | None,
+        limit: int,
+    ) -> list[FileRecord]:
+        """Up to ``limit`` records of the project's files, newest first (ties: the higher id).
+
+        ``folder``: only the files of that folder (None: at the root); ``after``: only those
+        after the file created at that moment with that id, in this order.
+        """
+        where = ""
+        parameters: list[Any] = [project_id]
+        if folder is not AnyFolder.ANY:
+            where += ' AND "folder_id" IS NULL' if folder is None else ' AND "folder_id" = ?'
+            parameters += [] if folder is None else [folder]
+        if after is not None:
+            # The first bound lets the index seek to the page; the second breaks ties.
+            where += ' AND "created_at" <= ? AND ("created_at" < ? OR "id" < ?)'
+            parameters += [after[0], after[0], after[1]]
+        try:
+            rows = self.inline.all_values(
+                _FILE_PAGE_SQL + where + _FILE_PAGE_ORDER, (*parameters, limit)
+            )
+        except InlineReadUnavailable:
+            files = await _file_page_in_orm(project_id, folder, after, limit)
+            return [FileRecord.of(file) for file in files]
+        return [_file_record(row) for row in rows]
+
     async def live_webhook(self, webhook_id: str) -> Webhook | None:
         """The webhook ``webhook_id`` unless it is unknown or deleted."""
         if not possible_id(webhook_id):
@@ -291,3 +344,20 @@ async def _workflow_version_in_orm(
     if await Workflow.exists(id=workflow_id, project_id=project_id):
         return VersionRow(None, None)
     return None
+
+
+async def _file_page_in_orm(
+    project_id: str,
+    folder: str | Literal[AnyFolder.ANY] | None,
+    after: tuple[datetime, str] | None,
+    limit: int,
+) -> list[LibraryFile]:
+    query = LibraryFile.filter(project_id=project_id)
+    if folder is not AnyFolder.ANY:
+        query = query.filter(folder_id=folder)
+    if after is not None:
+        created, last_id = after
+        query = query.filter(
+            Q(created_at__lte=created), Q(created_at__lt=created) | Q(id__lt=last_id)
+        )
+    return await query.order_by("-created_at", "-id").limit(limit)

@@ -5,11 +5,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
-from tortoise.expressions import Q
-
-from libflow.db.fast_reads import FastReads, FileRecord
+from libflow.db.fast_reads import AnyFolder, FastReads, FileRecord
 from libflow.errors import (
     ContentTypeMismatch,
     EmptyUpload,
@@ -211,20 +209,20 @@ async def _seal(storage: Storage, file: LibraryFile) -> ObjectInfo:
 
 
 async def list_files(
-    project_id: str, *, folder_id: str | None, limit: int, cursor: str | None
-) -> tuple[list[LibraryFile], str | None]:
+    reads: FastReads,
+    project_id: str,
+    *,
+    folder_id: str | None,
+    limit: int,
+    cursor: str | None,
+) -> tuple[list[FileRecord], str | None]:
     """One page of files, newest first, and the cursor of the next page if there is one."""
-    query = LibraryFile.filter(project_id=project_id)
+    folder: str | Literal[AnyFolder.ANY] | None = AnyFolder.ANY
     if folder_id is not None:
-        folder = await find_folder(project_id, folder_id)
-        query = query.filter(folder_id=folder.id if folder else None)
-    if cursor:
-        created, last_id = decode_cursor(cursor)
-        # The first bound lets the index seek to the cursor; the second breaks ties.
-        query = query.filter(
-            Q(created_at__lte=created), Q(created_at__lt=created) | Q(id__lt=last_id)
-        )
-    files = await query.order_by("-created_at", "-id").limit(limit + 1)
+        found = await find_folder(project_id, folder_id)
+        folder = found.id if found else None
+    after = decode_cursor(cursor) if cursor else None
+    files = await reads.file_records_page(project_id, folder=folder, after=after, limit=limit + 1)
     if len(files) > limit:
         last = files[limit - 1]
         return files[:limit], encode_cursor(last.created_at, last.id)
