@@ -31,12 +31,17 @@ from libflow.models import LibraryFile, Webhook, Workflow, WorkflowVersion
 logger = logging.getLogger("libflow.inline_reads")
 
 M = TypeVar("M", bound=Model)
+R = TypeVar("R")
 
 
 class AnyFolder(Enum):
     """``file_records_page`` of every folder, the root's files included."""
 
     ANY = "any"
+
+
+# A page's folder filter: one folder, the root (None), or every folder.
+FolderFilter = str | Literal[AnyFolder.ANY] | None
 
 
 class InlineReadUnavailable(Exception):
@@ -71,22 +76,22 @@ class InlineReads:
 
     def all_values(self, sql: str, parameters: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         """Every row of ``sql`` as tuples; InlineReadUnavailable to fall back."""
-        if self._connection is None:
-            raise InlineReadUnavailable("not a SQLite database")
-        try:
-            return self._connection.execute(sql, parameters).fetchall()
-        except sqlite3.OperationalError as err:
-            logger.debug("inline read fell back to the ORM: %s", err)
-            raise InlineReadUnavailable(str(err)) from err
+        rows: list[tuple[Any, ...]] = self._read(sql, parameters, sqlite3.Cursor.fetchall)[1]
+        return rows
 
     def _first(
         self, sql: str, parameters: tuple[Any, ...]
     ) -> tuple[sqlite3.Cursor, tuple[Any, ...] | None]:
+        return self._read(sql, parameters, sqlite3.Cursor.fetchone)
+
+    def _read(
+        self, sql: str, parameters: tuple[Any, ...], fetch: Callable[[sqlite3.Cursor], R]
+    ) -> tuple[sqlite3.Cursor, R]:
         if self._connection is None:
             raise InlineReadUnavailable("not a SQLite database")
         try:
             cursor = self._connection.execute(sql, parameters)
-            return cursor, cursor.fetchone()
+            return cursor, fetch(cursor)
         except sqlite3.OperationalError as err:
             logger.debug("inline read fell back to the ORM: %s", err)
             raise InlineReadUnavailable(str(err)) from err
@@ -282,7 +287,7 @@ class FastReads:
         self,
         project_id: str,
         *,
-        folder: str | Literal[AnyFolder.ANY] | None,
+        folder: FolderFilter,
         after: tuple[datetime, str] | None,
         limit: int,
     ) -> list[FileRecord]:
@@ -293,9 +298,11 @@ class FastReads:
         """
         where = ""
         parameters: list[Any] = [project_id]
-        if folder is not AnyFolder.ANY:
-            where += ' AND "folder_id" IS NULL' if folder is None else ' AND "folder_id" = ?'
-            parameters += [] if folder is None else [folder]
+        if folder is None:
+            where += ' AND "folder_id" IS NULL'
+        elif folder is not AnyFolder.ANY:
+            where += ' AND "folder_id" = ?'
+            parameters.append(folder)
         if after is not None:
             # The first bound lets the index seek to the page; the second breaks ties.
             where += ' AND "created_at" <= ? AND ("created_at" < ? OR "id" < ?)'
@@ -348,7 +355,7 @@ async def _workflow_version_in_orm(
 
 async def _file_page_in_orm(
     project_id: str,
-    folder: str | Literal[AnyFolder.ANY] | None,
+    folder: FolderFilter,
     after: tuple[datetime, str] | None,
     limit: int,
 ) -> list[LibraryFile]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any
 
-from libflow.db.fast_reads import AnyFolder, FastReads, FileRecord
+from libflow.db.fast_reads import AnyFolder, FastReads, FileRecord, FolderFilter
 from libflow.errors import (
     ContentTypeMismatch,
     EmptyUpload,
@@ -217,7 +217,7 @@ async def list_files(
     cursor: str | None,
 ) -> tuple[list[FileRecord], str | None]:
     """One page of files, newest first, and the cursor of the next page if there is one."""
-    folder: str | Literal[AnyFolder.ANY] | None = AnyFolder.ANY
+    folder: FolderFilter = AnyFolder.ANY
     if folder_id is not None:
         found = await find_folder(project_id, folder_id)
         folder = found.id if found else None
