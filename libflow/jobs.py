@@ -125,8 +125,14 @@ def redis_settings(url: str) -> RedisSettings:
 class JobQueue(Protocol):
     """Where the API hands work to workers."""
 
-    async def enqueue(self, job: Job, *args: Any, job_id: str | None = None) -> None:
-        """Queue ``job(ctx, *args)``; raise Unavailable when the queue cannot take it."""
+    async def enqueue(
+        self, job: Job, *args: Any, job_id: str | None = None, lane: Lane | None = None
+    ) -> None:
+        """Queue ``job(ctx, *args)``; raise Unavailable when the queue cannot take it.
+
+        ``lane``: where in-process jobs wait, when the caller knows it (else the job's own
+        choice); arq's workers have one pool for every job and ignore it.
+        """
         ...
 
     async def check(self) -> None:
@@ -140,7 +146,9 @@ class ArqJobQueue:
     def __init__(self, pool: ArqRedis) -> None:
         self.pool = pool
 
-    async def enqueue(self, job: Job, *args: Any, job_id: str | None = None) -> None:
+    async def enqueue(
+        self, job: Job, *args: Any, job_id: str | None = None, lane: Lane | None = None
+    ) -> None:
         """Queue by name; workers check at start that each name has its function."""
         try:
             await self.pool.enqueue_job(job.value, *args, _job_id=job_id)
@@ -183,8 +191,10 @@ class InProcessJobQueue:
         self._tasks: set[asyncio.Task[None]] = set()
         self._queued_ids: set[str] = set()
 
-    async def enqueue(self, job: Job, *args: Any, job_id: str | None = None) -> None:
-        """Start the job now; it waits for a free slot.
+    async def enqueue(
+        self, job: Job, *args: Any, job_id: str | None = None, lane: Lane | None = None
+    ) -> None:
+        """Start the job now; it waits for a free slot (in ``lane``, else the job's choice).
 
         As with arq, a job whose ``job_id`` is already queued is not queued again.
         """
@@ -192,7 +202,7 @@ class InProcessJobQueue:
             if job_id in self._queued_ids:
                 return
             self._queued_ids.add(job_id)
-        task = asyncio.create_task(self._run(job, args, job_id or job.value))
+        task = asyncio.create_task(self._run(job, args, job_id or job.value, lane))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -208,12 +218,13 @@ class InProcessJobQueue:
             logger.warning("job %s: could not choose its lane: %r", job.value, err)
             return LANE_OF_JOB[job]
 
-    async def _run(self, name: Job, args: tuple[Any, ...], job_id: str) -> None:
+    async def _run(self, name: Job, args: tuple[Any, ...], job_id: str, lane: Lane | None) -> None:
         # Once started, the same id may be queued again: what it was queued for may
         # already be behind this job (a delivery committed after its last claim).
         self._queued_ids.discard(job_id)
         job = self._functions[name]
-        slots = self._lanes[await self.lane_of(name, args)]
+        # A caller that names the lane saves the job's choice a read of the database.
+        slots = self._lanes[lane or await self.lane_of(name, args)]
         for job_try in range(1, MAX_TRIES + 1):
             async with slots:
                 try:

@@ -12,7 +12,7 @@ from typing import Any
 from PIL import Image
 
 from libflow import appkeys
-from libflow.jobs import InProcessJobQueue, Job, JobFunction
+from libflow.jobs import InProcessJobQueue, Job, JobFunction, Lane
 from libflow.library.files import finalize_upload
 from libflow.resources import RESOURCES
 from libflow.storage import ObjectInfo, Storage, StorageError
@@ -82,10 +82,14 @@ class HeldJobs:
     """A job queue that keeps what is enqueued instead of running it."""
 
     jobs: list[tuple[JobFunction, tuple[Any, ...]]] = field(default_factory=list)
+    lanes: list[Lane | None] = field(default_factory=list)  # as the caller named them
 
-    async def enqueue(self, job: Job, *args: Any, job_id: str | None = None) -> None:
+    async def enqueue(
+        self, job: Job, *args: Any, job_id: str | None = None, lane: Lane | None = None
+    ) -> None:
         """Keep the job: the function its name stands for, to be run by the test."""
         self.jobs.append((JOB_FUNCTIONS[job], args))
+        self.lanes.append(lane)
 
     async def check(self) -> None:
         """Always reachable."""
@@ -101,6 +105,7 @@ async def finalize_held(api: Api, name: str) -> tuple[str, HeldJobs]:
     await finalize_upload(
         api.client.app[appkeys.STORAGE],
         held,
+        api.client.app[appkeys.READS],
         project_id=api.project_id,
         path=created["path"],
         prevent_search=False,

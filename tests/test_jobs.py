@@ -170,6 +170,56 @@ async def test_a_lane_that_cannot_be_chosen_is_the_jobs_default() -> None:
     assert ran == ["a"]
 
 
+async def test_a_lane_named_when_queued_is_used_without_asking_the_job() -> None:
+    gate = asyncio.Event()
+    ran: list[str] = []
+    asked: list[tuple[Any, ...]] = []
+
+    async def files_lane(*args: Any) -> Lane:
+        asked.append(args)
+        return Lane.FILES
+
+    @chooses_lane(files_lane)
+    async def process_file(ctx: dict[str, Any], name: str) -> None:
+        ran.append(name)
+        if name.startswith("big"):
+            await gate.wait()
+
+    queue = InProcessJobQueue({Job.PROCESS_FILE: process_file}, {}, concurrency=4)
+    for name in ("big1", "big2"):
+        await queue.enqueue(Job.PROCESS_FILE, name, lane=Lane.LARGE_FILES)
+    await queue.enqueue(Job.PROCESS_FILE, "small")
+
+    await eventually(lambda: "small" in ran, "the job of the files lane ran")
+    assert [name for name in ran if name.startswith("big")] == ["big1"]  # the lane's one slot
+    gate.set()
+    await queue.join()
+    assert sorted(ran) == ["big1", "big2", "small"]
+    assert asked == [("small",)]
+
+
+async def test_finalize_names_the_lane_of_the_file_it_queues(api: Api) -> None:
+    from libflow.library.files import finalize_upload
+    from libflow.library.processing.budgets import LARGE_DOCUMENT_BYTES
+    from tests.processing_helpers import HeldJobs
+
+    assert api.client.app is not None
+    held = HeldJobs()
+    for name, data in (("big.txt", b"x " * (LARGE_DOCUMENT_BYTES // 2)), ("a.txt", b"x " * 9)):
+        created = await create_record(api, name=name, file_type="txt")
+        async with put_bytes(api, created, data) as response:
+            assert response.status == 200, await response.text()
+        await finalize_upload(
+            api.client.app[appkeys.STORAGE],
+            held,
+            api.client.app[appkeys.READS],
+            project_id=api.project_id,
+            path=created["path"],
+            prevent_search=False,
+        )
+    assert held.lanes == [Lane.LARGE_FILES, Lane.FILES]
+
+
 async def test_large_documents_are_processed_in_the_large_files_lane(api: Api) -> None:
     from libflow.library.processing.budgets import LARGE_DOCUMENT_BYTES
     from libflow.library.processing.pipeline import lane_of_file

@@ -86,6 +86,7 @@ async def finalize_upload(request: web.Request) -> web.Response:
     file = await files.finalize_upload(
         request.app[appkeys.STORAGE],
         request.app[appkeys.JOBS],
+        request.app[appkeys.READS],
         project_id=_project(request),
         path=body.path,
         prevent_search=body.preventSearch,

@@ -233,6 +233,9 @@ def _file_record(row: tuple[Any, ...]) -> FileRecord:
 
 
 _FILE_SQL = 'SELECT * FROM "library_files" WHERE "id" = ? AND "project_id" = ? LIMIT 1'
+_FILE_AT_KEY_SQL = (
+    'SELECT * FROM "library_files" WHERE "storage_key" = ? AND "project_id" = ? LIMIT 1'
+)
 _WEBHOOK_SQL = 'SELECT * FROM "webhooks" WHERE "id" = ? AND "deleted_at" IS NULL'
 # One read for the workflow and its version ("latest" when the number is NULL).
 _VERSION_SQL = (
@@ -270,6 +273,14 @@ class FastReads:
             row = self.inline.row(_FILE_SQL, (file_id, project_id))
         except InlineReadUnavailable:
             return await LibraryFile.get_or_none(id=file_id, project_id=project_id)
+        return None if row is None else model_from_row(LibraryFile, row)
+
+    async def file_at_key(self, project_id: str, storage_key: str) -> LibraryFile | None:
+        """The file of ``project_id`` whose bytes are stored at ``storage_key``, or None."""
+        try:
+            row = self.inline.row(_FILE_AT_KEY_SQL, (storage_key, project_id))
+        except InlineReadUnavailable:
+            return await LibraryFile.get_or_none(storage_key=storage_key, project_id=project_id)
         return None if row is None else model_from_row(LibraryFile, row)
 
     async def file_record(self, project_id: str, file_id: str) -> FileRecord | None:

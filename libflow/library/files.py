@@ -30,6 +30,7 @@ from libflow.library.filetypes import (
 )
 from libflow.library.folders import find_folder
 from libflow.library.processing.budgets import MAX_FILE_TEXT_CHARS
+from libflow.library.processing.pipeline import processing_lane
 from libflow.library.processing.stored_text import read_stored_text, text_from_passages
 from libflow.library.search_index import remove_file_index
 from libflow.library.vectors import MetadataValue
@@ -91,7 +92,7 @@ async def upload_still_wanted(key: str) -> bool:
     return await LibraryFile.exists(storage_key=key)
 
 
-async def _file_at_path(project_id: str, path: str) -> LibraryFile:
+async def _file_at_path(reads: FastReads, project_id: str, path: str) -> LibraryFile:
     match = DOCUMENT_KEY.fullmatch(path)
     if match is None:
         raise ValidationFailed(
@@ -100,21 +101,27 @@ async def _file_at_path(project_id: str, path: str) -> LibraryFile:
         )
     if match.group(1) != project_id:
         raise NotFound(f"no file at path {path!r} in this project")
-    file = await LibraryFile.get_or_none(storage_key=path, project_id=project_id)
+    file = await reads.file_at_key(project_id, path)
     if file is None:
         raise NotFound(f"no file at path {path!r} in this project")
     return file
 
 
 async def finalize_upload(
-    storage: Storage, jobs: JobQueue, *, project_id: str, path: str, prevent_search: bool
+    storage: Storage,
+    jobs: JobQueue,
+    reads: FastReads,
+    *,
+    project_id: str,
+    path: str,
+    prevent_search: bool,
 ) -> LibraryFile:
     """Check the uploaded bytes, seal them, record their size, and queue processing once.
 
     Sealing makes the bytes immutable: whatever the storageLink receives afterwards, the
     object served and processed stays the one whose size (and later sha256) is recorded.
     """
-    file = await _file_at_path(project_id, path)
+    file = await _file_at_path(reads, project_id, path)
     if file.finalized_at is not None and file.status != ProcessingStatus.FAILED:
         return file  # already finalized: idempotent
     info = await _uploaded(storage, file.storage_key)
@@ -146,12 +153,15 @@ async def finalize_upload(
                 # A PUT landed between the check and the seal: the sealed bytes are the truth.
                 await LibraryFile.filter(id=file.id).update(size=sealed.size)
             await jobs.enqueue(
-                Job.PROCESS_FILE, file.id, job_id=f"process_file:{file.id}:{file.attempts}"
+                Job.PROCESS_FILE,
+                file.id,
+                job_id=f"process_file:{file.id}:{file.attempts}",
+                lane=processing_lane(file.file_type, sealed.size),
             )
         except LibflowError:
             await LibraryFile.filter(id=file.id).update(**{f: getattr(file, f) for f in changes})
             raise
-    finalized = await LibraryFile.get_or_none(id=file.id)
+    finalized = await reads.file(project_id, file.id)
     if finalized is None:
         raise NotFound(f"no file at path {path!r} in this project")  # deleted meanwhile
     return finalized

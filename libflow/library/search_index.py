@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from tortoise.expressions import F
 from tortoise.transactions import in_transaction
 
 from libflow.library.pgvector import has_vector_column, insert_chunks
 from libflow.library.vectors import Vector
-from libflow.models import Chunk, LibraryFile, SearchIndexChange, SearchIndexVersion
+from libflow.models import Chunk, LibraryFile, SearchIndexChange
 
 # The changes each project's log keeps. A vector cache further behind than this (a process
 # that searched nothing for a long while) reads the project's matrix whole again.
@@ -106,6 +105,17 @@ async def remove_file_index(file_id: str, project_id: str) -> None:
             await bump_index_version(project_id, file_id, connection)
 
 
+# The counter's bump, its creation on a project's first write included, in one statement
+# that answers with the new version (a write of the index took four before: a read, the
+# update, a read back, under a savepoint; about a fifth of a small file's index write).
+_BUMP_SQL = (
+    'INSERT INTO "search_index_versions" ("project_id", "version") VALUES ({}, 1)'
+    ' ON CONFLICT ("project_id") DO UPDATE'
+    ' SET "version" = "search_index_versions"."version" + 1 RETURNING "version"'
+)
+_PLACEHOLDER = {"postgres": "$1", "sqlite": "?"}
+
+
 async def bump_index_version(project_id: str, file_id: str, connection: Any) -> None:
     """Tell every process's vector cache that this file's index rows changed.
 
@@ -113,14 +123,11 @@ async def bump_index_version(project_id: str, file_id: str, connection: Any) -> 
     order their transactions commit and a cache that read version v has every change
     up to v in the log.
     """
-    await SearchIndexVersion.get_or_create(project_id=project_id, using_db=connection)
-    await (
-        SearchIndexVersion.filter(project_id=project_id)
-        .using_db(connection)
-        .update(version=F("version") + 1)
+    # execute_query would not fetch the RETURNING row on PostgreSQL.
+    bumped = await connection.execute_query_dict(
+        _BUMP_SQL.format(_PLACEHOLDER[connection.capabilities.dialect]), [project_id]
     )
-    counter = await SearchIndexVersion.get(project_id=project_id, using_db=connection)
-    version = counter.version
+    version = int(bumped[0]["version"])
     await SearchIndexChange.create(
         project_id=project_id, version=version, file_id=file_id, using_db=connection
     )

@@ -106,6 +106,7 @@ async def finalize_bytes_held(api: Api, data: bytes, name: str) -> str:
     await finalize_upload(
         storage_of(api),
         HeldJobs(),
+        api.client.app[appkeys.READS],
         project_id=api.project_id,
         path=created["path"],
         prevent_search=False,

@@ -610,6 +610,7 @@ async def finalize_through(api: Api, storage: SealHooks, path: str) -> Any:
     return await finalize_upload(
         storage,
         api.client.app[appkeys.JOBS],
+        api.client.app[appkeys.READS],
         project_id=api.project_id,
         path=path,
         prevent_search=False,

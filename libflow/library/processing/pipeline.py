@@ -71,12 +71,17 @@ class _LeaseLost(Exception):
     """Another job took the file over (this one's lease expired), or the file was deleted."""
 
 
-async def lane_of_file(file_id: str) -> Lane:
+def processing_lane(file_type: str, size: int) -> Lane:
     """The in-process lane a file's processing waits in: large documents have their own."""
-    row = await LibraryFile.filter(id=file_id).first().values("file_type", "size")
-    if row and row["file_type"] in DOCUMENT_TYPES and row["size"] >= LARGE_DOCUMENT_BYTES:
+    if file_type in DOCUMENT_TYPES and size >= LARGE_DOCUMENT_BYTES:
         return Lane.LARGE_FILES
     return Lane.FILES
+
+
+async def lane_of_file(file_id: str) -> Lane:
+    """processing_lane of a file queued by a caller that did not name the lane."""
+    row = await LibraryFile.filter(id=file_id).first().values("file_type", "size")
+    return Lane.FILES if row is None else processing_lane(row["file_type"], row["size"])
 
 
 def _stamp(file: LibraryFile, *steps: str) -> None:
@@ -306,7 +311,10 @@ async def _run_pipeline(file: LibraryFile, storage: Storage, embedder: Embedder 
             file, prepared.chunks, vectors, embedder.name if embedder is not None else None
         )
         file.indexed = True
-        await _save(file, "indexed", indexed=True)
+        if prepared.thumbnail is None:
+            _stamp(file, "indexed")  # the finish, next, writes both (one write fewer a file)
+        else:
+            await _save(file, "indexed", indexed=True)
     elif file.indexed:
         await remove_file_index(file.id, file.project_id)
         file.indexed = False
