@@ -252,6 +252,34 @@ async def test_small_plain_text_is_prepared_without_a_child_and_larger_text_with
     assert [hit["fileId"] for hit in await search(api, "cobalt marmot guild")][:1] == [large["id"]]
 
 
+async def test_small_plain_text_read_from_memory_is_hashed_and_stepped_like_any_file(
+    shaped_api: Api,
+) -> None:
+    data = b"A memo on the amber tapir ledger.\n" * 20
+    record = await shaped_api.upload(data, name="memo.txt", file_type="txt")
+    done = await wait_until_processed(shaped_api, record["id"])
+    assert done["processing"]["status"] == "done", done
+    assert done["sha256"] == hashlib.sha256(data).hexdigest()
+    assert done["size"] == len(data)
+    steps = done["processing"]["steps"]
+    order = ("started", "downloaded", "extracted", "embedded", "indexed", "finished")
+    assert [steps[name] for name in order] == sorted(steps[name] for name in order)
+    chunks = await shaped_api.call("GET", f"/files/{record['id']}/chunks")
+    assert chunks.status == 200, await chunks.text()
+    assert "amber tapir ledger" in (await chunks.json())[0]["text"]
+
+
+async def test_an_object_larger_than_its_record_says_is_not_read_into_memory(api: Api) -> None:
+    from libflow.library.processing.pipeline import _read_whole
+
+    assert api.client.app is not None
+    storage = api.client.app[appkeys.STORAGE]
+    key = f"libraryDocuments/{api.project_id}/guard/object.txt"
+    await storage.write(key, b"x" * 101, "text/plain")
+    assert await _read_whole(storage, key, 101) == b"x" * 101
+    assert await _read_whole(storage, key, 100) is None
+
+
 async def test_a_file_that_fails_to_prepare_keeps_what_its_download_found(api: Api) -> None:
     data = b"PK\x03\x04 the start of a zip and nothing after it"
     record = await api.upload(data, name="broken.docx", file_type="docx")

@@ -39,7 +39,12 @@ MAX_TEXT_BYTES = MAX_TEXT_FILE_BYTES  # the name tests and callers have known it
 
 def _extract_plain(path: Path, budget: TextBudget) -> Extraction:
     """txt, csv and md: the whole file, decoded, as one segment."""
-    text = budget.take(decode_text(read_text_bytes(path)))
+    return extract_plain_bytes(read_text_bytes(path), budget)
+
+
+def extract_plain_bytes(data: bytes, budget: TextBudget | None = None) -> Extraction:
+    """The text of a txt, csv or md file already read whole (at most MAX_TEXT_FILE_BYTES)."""
+    text = (budget or TextBudget()).take(decode_text(data))
     return Extraction([Segment(clean(text), None)], None)
 
 

@@ -45,7 +45,12 @@ from libflow.library.processing.budgets import (
 )
 from libflow.library.processing.chunking import Chunk
 from libflow.library.processing.extracted import ExtractionError
-from libflow.library.processing.prepare import Prepared, prepare_file, storable
+from libflow.library.processing.prepare import (
+    Prepared,
+    prepare_file,
+    prepare_plain_text,
+    storable,
+)
 from libflow.library.processing.thumbnails import ThumbnailError
 
 # How long the server may take to start (it imports the parsing libraries), and a child to
@@ -172,14 +177,33 @@ async def prepare(
 ) -> Prepared:
     """``prepare_file`` of the local copy at ``path`` (``size`` bytes) under the file's budgets:
     here, on a thread, for small plain text; in a child (``prepare_in_child``) otherwise."""
-    if file_type in _IN_PROCESS_TYPES and size <= IN_PROCESS_BYTES:
+    if prepared_here(file_type, size):
         return await asyncio.to_thread(_prepare_here, path, file_type, chunk, sizing)
     return await prepare_in_child(path, file_type, chunk=chunk, work_dir=work_dir, sizing=sizing)
+
+
+def prepared_here(file_type: str, size: int) -> bool:
+    """Whether a file of this type and size is prepared in this process (small plain text)."""
+    return file_type in _IN_PROCESS_TYPES and size <= IN_PROCESS_BYTES
+
+
+async def prepare_small_text(
+    data: bytes, *, chunk: bool, sizing: PassageSizing = ESTIMATED_SIZING
+) -> Prepared:
+    """``prepare`` of small plain text already read whole (``prepared_here``), on a thread."""
+    if len(data) > IN_PROCESS_BYTES:
+        raise ValueError("only small plain text is prepared from memory")
+    return await asyncio.to_thread(_prepare_text_here, data, chunk, sizing)
 
 
 def _prepare_here(path: Path, file_type: str, chunk: bool, sizing: PassageSizing) -> Prepared:
     """``prepare_file`` in this process, its text as a child's answer would bring it back."""
     return storable(prepare_file(path, file_type, chunk=chunk, sizing=sizing))
+
+
+def _prepare_text_here(data: bytes, chunk: bool, sizing: PassageSizing) -> Prepared:
+    """``prepare_plain_text`` in this process, its text as a child's answer would bring it."""
+    return storable(prepare_plain_text(data, chunk=chunk, sizing=sizing))
 
 
 async def prepare_in_child(

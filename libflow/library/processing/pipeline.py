@@ -23,7 +23,12 @@ from arq.worker import Retry
 
 from libflow.ids import iso, utcnow
 from libflow.jobs import Job, JobQueue, Lane
-from libflow.library.embeddings.interface import ESTIMATED_SIZING, Embedder, EmbeddingError
+from libflow.library.embeddings.interface import (
+    ESTIMATED_SIZING,
+    Embedder,
+    EmbeddingError,
+    PassageSizing,
+)
 from libflow.library.file_objects import delete_objects
 from libflow.library.filetypes import DOCUMENT_TYPES, TEXT_TYPES
 from libflow.library.processing.budgets import (
@@ -38,7 +43,15 @@ from libflow.library.processing.budgets import (
 )
 from libflow.library.processing.budgets import MAX_ATTEMPTS as MAX_ATTEMPTS
 from libflow.library.processing.extracted import ExtractionError
-from libflow.library.processing.isolation import ChildCrashed, PreparationFailed, prepare
+from libflow.library.processing.isolation import (
+    IN_PROCESS_BYTES,
+    ChildCrashed,
+    PreparationFailed,
+    prepare,
+    prepare_small_text,
+    prepared_here,
+)
+from libflow.library.processing.prepare import Prepared
 from libflow.library.processing.thumbnails import ThumbnailError
 from libflow.library.search_index import remove_file_index, write_file_index
 from libflow.models import LibraryFile, ProcessingStatus
@@ -271,30 +284,22 @@ async def _run_pipeline(file: LibraryFile, storage: Storage, embedder: Embedder 
         raise _Failed(
             f"the text file is larger than {MAX_TEXT_FILE_BYTES // MIB} MiB, too large to index"
         )
-    with tempfile.TemporaryDirectory(prefix="libflow-") as tmp:
-        local = Path(tmp) / f"object.{file.file_type}"
-        try:
-            file.sha256, file.size = await _download(storage, file.storage_key, local)
-        except FileNotFoundError as err:
-            raise _Failed("the stored object is gone") from err
-        # Written with the next step: the download of a short file takes milliseconds.
-        _stamp(file, "downloaded")
-        try:
-            prepared = await prepare(
-                local,
-                file.file_type,
-                size=file.size,
-                chunk=searchable,
-                work_dir=Path(tmp),
-                sizing=ESTIMATED_SIZING if embedder is None else embedder.passage_sizing,
-            )
-        except (ExtractionError, ThumbnailError) as err:
-            raise _Failed(str(err)) from err
-        except PreparationFailed as err:
-            raise _Failed(f"processing failed unexpectedly ({err})") from err
+    sizing = ESTIMATED_SIZING if embedder is None else embedder.passage_sizing
+    try:
+        prepared = await _download_and_prepare(file, storage, chunk=searchable, sizing=sizing)
+    except FileNotFoundError as err:
+        raise _Failed("the stored object is gone") from err
+    except (ExtractionError, ThumbnailError) as err:
+        raise _Failed(str(err)) from err
+    except PreparationFailed as err:
+        raise _Failed(f"processing failed unexpectedly ({err})") from err
     if document:
         # Stored whole (within MAX_TEXT_CHARS) for library_file_text, which never extracts.
-        text = await asyncio.to_thread(prepared.text.encode, "utf-8")
+        text = (
+            prepared.text.encode()  # a thread hop costs more than encoding a few KiB
+            if len(prepared.text) <= IN_PROCESS_BYTES
+            else await asyncio.to_thread(prepared.text.encode, "utf-8")
+        )
         await storage.write(text_key(file.project_id, file.id), text, TEXT_CONTENT_TYPE)
     file.pages = prepared.pages
     file.chunks = len(prepared.chunks) if searchable else None
@@ -325,6 +330,47 @@ async def _run_pipeline(file: LibraryFile, storage: Storage, embedder: Embedder 
         await storage.write(key, prepared.thumbnail, "image/webp")
         file.thumbnail_key = key
         await _save(file, "thumbnail_key", thumbnailed=True)
+
+
+async def _download_and_prepare(
+    file: LibraryFile, storage: Storage, *, chunk: bool, sizing: PassageSizing
+) -> Prepared:
+    """The file's bytes (their sha256 and size recorded) extracted, chunked, thumbnailed.
+
+    Small plain text is read into memory and prepared from there; anything else is
+    downloaded to a temporary directory, where a child process may prepare it.
+    """
+    if prepared_here(file.file_type, file.size):
+        data = await _read_whole(storage, file.storage_key, IN_PROCESS_BYTES)
+        if data is not None:
+            file.sha256, file.size = hashlib.sha256(data).hexdigest(), len(data)
+            _stamp(file, "downloaded")  # written with the next step, as below
+            return await prepare_small_text(data, chunk=chunk, sizing=sizing)
+    with tempfile.TemporaryDirectory(prefix="libflow-") as tmp:
+        local = Path(tmp) / f"object.{file.file_type}"
+        file.sha256, file.size = await _download(storage, file.storage_key, local)
+        # Written with the next step: the download of a short file takes milliseconds.
+        _stamp(file, "downloaded")
+        return await prepare(
+            local, file.file_type, size=file.size, chunk=chunk, work_dir=Path(tmp), sizing=sizing
+        )
+
+
+async def _read_whole(storage: Storage, key: str, limit: int) -> bytes | None:
+    """The object's bytes, or None if it holds more than ``limit`` (sealed bytes never
+    differ from the size recorded, which chose this way in: a guard, not a path)."""
+    parts: list[bytes] = []
+    size = 0
+    stream = storage.read(key, chunk_size=limit + 1)
+    async for part in stream:
+        size += len(part)
+        if size > limit:
+            close = getattr(stream, "aclose", None)
+            if close is not None:
+                await close()
+            return None
+        parts.append(part)
+    return b"".join(parts)
 
 
 async def _fail(file: LibraryFile, storage: Storage, error: str) -> None:

@@ -13,7 +13,8 @@ from libflow.library.embeddings.interface import ESTIMATED_SIZING, PassageSizing
 from libflow.library.filetypes import IMAGE_TYPES, TEXT_TYPES
 from libflow.library.processing.budgets import MAX_CHUNKS
 from libflow.library.processing.chunking import Chunk, chunk_segments
-from libflow.library.processing.extract import extract_text
+from libflow.library.processing.extract import extract_plain_bytes, extract_text
+from libflow.library.processing.extracted import Extraction
 from libflow.library.processing.thumbnails import THUMBNAIL_TYPES, render_thumbnail
 
 
@@ -36,21 +37,35 @@ def prepare_file(
     Raises ExtractionError, ThumbnailError or BudgetExceeded for a corrupt, hostile or
     over-budget file.
     """
-    text = ""
-    chunks: list[Chunk] = []
-    pages = ocr_pages = None
+    prepared = Prepared(text="", chunks=[], pages=None, thumbnail=None)
     # An image is decoded for its thumbnail first: a corrupt image or a pixel bomb fails
     # there, with the thumbnail's message, before OCR reads it.
     thumbnail = render_thumbnail(path, file_type) if file_type in IMAGE_TYPES else None
     if file_type in TEXT_TYPES:
-        extraction = extract_text(path, file_type)
-        pages, ocr_pages = extraction.pages, extraction.ocr_pages
-        text = "\n\n".join(s.text for s in extraction.segments if s.text.strip())
-        if chunk:
-            chunks = chunk_segments(extraction.segments, sizing, max_chunks=MAX_CHUNKS)
+        prepared = _of_extraction(extract_text(path, file_type), chunk, sizing)
     if file_type in THUMBNAIL_TYPES and file_type not in IMAGE_TYPES:
         thumbnail = render_thumbnail(path, file_type)
-    return Prepared(text=text, chunks=chunks, pages=pages, thumbnail=thumbnail, ocr_pages=ocr_pages)
+    return replace(prepared, thumbnail=thumbnail)
+
+
+def prepare_plain_text(
+    data: bytes, *, chunk: bool, sizing: PassageSizing = ESTIMATED_SIZING
+) -> Prepared:
+    """``prepare_file`` of a txt, csv or md file already read whole (no thumbnail)."""
+    return _of_extraction(extract_plain_bytes(data), chunk, sizing)
+
+
+def _of_extraction(extraction: Extraction, chunk: bool, sizing: PassageSizing) -> Prepared:
+    """A document's text, and its passages when ``chunk``."""
+    text = "\n\n".join(s.text for s in extraction.segments if s.text.strip())
+    chunks = chunk_segments(extraction.segments, sizing, max_chunks=MAX_CHUNKS) if chunk else []
+    return Prepared(
+        text=text,
+        chunks=chunks,
+        pages=extraction.pages,
+        thumbnail=None,
+        ocr_pages=extraction.ocr_pages,
+    )
 
 
 def storable(prepared: Prepared) -> Prepared:
