@@ -97,11 +97,21 @@ class HeldJobs:
 
 async def finalize_held(api: Api, name: str) -> tuple[str, HeldJobs]:
     """Upload a fixture through the public API and finalize it, holding its processing job."""
+    file_id, held = await finalize_bytes_held(api, fixture_bytes(name), name)
+    assert len(held.jobs) == 1
+    return file_id, held
+
+
+async def finalize_bytes_held(
+    api: Api, data: bytes, name: str, held: HeldJobs | None = None
+) -> tuple[str, HeldJobs]:
+    """Create and PUT ``data`` through the public API, then finalize it with its processing
+    job kept in ``held`` (a new HeldJobs if none) instead of run."""
     assert api.client.app is not None
     created = await create_record(api, name=name, file_type=file_type_of(name))
-    async with put_bytes(api, created, fixture_bytes(name)) as response:
+    async with put_bytes(api, created, data) as response:
         assert response.status == 200, await response.text()
-    held = HeldJobs()
+    held = HeldJobs() if held is None else held
     await finalize_upload(
         api.client.app[appkeys.STORAGE],
         held,
@@ -110,7 +120,6 @@ async def finalize_held(api: Api, name: str) -> tuple[str, HeldJobs]:
         path=created["path"],
         prevent_search=False,
     )
-    assert len(held.jobs) == 1
     return str(created["documentId"]), held
 
 

@@ -199,24 +199,12 @@ async def test_a_lane_named_when_queued_is_used_without_asking_the_job() -> None
 
 
 async def test_finalize_names_the_lane_of_the_file_it_queues(api: Api) -> None:
-    from libflow.library.files import finalize_upload
     from libflow.library.processing.budgets import LARGE_DOCUMENT_BYTES
-    from tests.processing_helpers import HeldJobs
+    from tests.processing_helpers import HeldJobs, finalize_bytes_held
 
-    assert api.client.app is not None
     held = HeldJobs()
-    for name, data in (("big.txt", b"x " * (LARGE_DOCUMENT_BYTES // 2)), ("a.txt", b"x " * 9)):
-        created = await create_record(api, name=name, file_type="txt")
-        async with put_bytes(api, created, data) as response:
-            assert response.status == 200, await response.text()
-        await finalize_upload(
-            api.client.app[appkeys.STORAGE],
-            held,
-            api.client.app[appkeys.READS],
-            project_id=api.project_id,
-            path=created["path"],
-            prevent_search=False,
-        )
+    await finalize_bytes_held(api, b"x " * (LARGE_DOCUMENT_BYTES // 2), "big.txt", held)
+    await finalize_bytes_held(api, b"x " * 9, "a.txt", held)
     assert held.lanes == [Lane.LARGE_FILES, Lane.FILES]
 
 

@@ -28,7 +28,6 @@ from arq.worker import Retry
 
 from libflow import appkeys
 from libflow.ids import utcnow
-from libflow.library.files import finalize_upload
 from libflow.library.processing import extract, isolation, pipeline
 from libflow.library.processing.budgets import (
     MAX_CHUNKS,
@@ -46,16 +45,14 @@ from libflow.storage.keys import text_key
 from tests.conftest import (
     Api,
     ClientFactory,
-    create_record,
     fixture_bytes,
-    put_bytes,
     wait_until_processed,
 )
 from tests.hostile.conftest import healthz_stays_responsive, peak_rss_growth
 from tests.hostile.hostile_files import blank_pdf, empty_paragraphs_docx
 from tests.library_helpers import eventually
 from tests.processing_helpers import (
-    HeldJobs,
+    finalize_bytes_held,
     finalize_held,
     get_record,
     job_context,
@@ -95,23 +92,6 @@ async def assert_failed_cleanly(api: Api, record: dict[str, Any], message: str) 
     assert record["searchable"] is False
     assert await Chunk.filter(file_id=record["id"]).count() == 0
     assert await storage_of(api).head(text_key(api.project_id, record["id"])) is None
-
-
-async def finalize_bytes_held(api: Api, data: bytes, name: str) -> str:
-    """Create, PUT and finalize ``data``, keeping its processing job from running."""
-    assert api.client.app is not None
-    created = await create_record(api, name=name, file_type=name.rsplit(".", 1)[1])
-    async with put_bytes(api, created, data) as response:
-        assert response.status == 200, await response.text()
-    await finalize_upload(
-        storage_of(api),
-        HeldJobs(),
-        api.client.app[appkeys.READS],
-        project_id=api.project_id,
-        path=created["path"],
-        prevent_search=False,
-    )
-    return str(created["documentId"])
 
 
 def _processes() -> dict[int, tuple[int, str]]:
@@ -325,7 +305,7 @@ async def test_processing_past_its_time_budget_fails(
 
 
 async def test_a_child_that_dies_is_a_crash_and_its_file_is_tried_again(api: Api) -> None:
-    file_id = await finalize_bytes_held(api, empty_paragraphs_docx(6_000_000), "slow.docx")
+    file_id, _held = await finalize_bytes_held(api, empty_paragraphs_docx(6_000_000), "slow.docx")
     job = asyncio.create_task(process_file({**job_context(api), "job_try": 1}, file_id))
 
     deadline = time.monotonic() + 30
