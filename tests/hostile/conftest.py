@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
+import threading
 import time
+import traceback
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +28,49 @@ class HealthProbe:
     slowest: float = 0.0
     longest_gap: float = 0.0
     failures: list[str] = field(default_factory=list)
+    # Where the loop's thread was in the longest stall the watchdog saw: a stalled loop's
+    # own stack is the one clue that outlives the stall.
+    stalled_in: str = ""
+
+
+class _Watchdog(threading.Thread):
+    """Samples the loop thread while the probe has gone quiet for too long.
+
+    It notes the thread's stack and how much CPU the thread used while quiet: a loop busy
+    in code shows that code and about as much CPU as the quiet lasted; a stack ending in
+    the loop's own run call with little CPU means it waited (in C, for the GIL, or for a
+    core the machine did not give it).
+    """
+
+    def __init__(self, loop_thread: int, quiet_after: float) -> None:
+        super().__init__(daemon=True, name="healthz-watchdog")
+        self.loop_thread = loop_thread
+        self.loop_clock = time.pthread_getcpuclockid(loop_thread)
+        self.quiet_after = quiet_after
+        self.last_answer = time.monotonic()
+        self.cpu_at_answer = time.clock_gettime(self.loop_clock)
+        self.done = threading.Event()
+        self.longest_quiet = 0.0
+        self.report = ""
+
+    def answered(self) -> None:
+        self.last_answer = time.monotonic()
+        self.cpu_at_answer = time.clock_gettime(self.loop_clock)
+
+    def run(self) -> None:
+        while not self.done.wait(0.1):
+            quiet = time.monotonic() - self.last_answer
+            if quiet < self.quiet_after or quiet <= self.longest_quiet:
+                continue
+            frame = sys._current_frames().get(self.loop_thread)
+            if frame is None:
+                continue
+            cpu = time.clock_gettime(self.loop_clock) - self.cpu_at_answer
+            self.longest_quiet = quiet
+            self.report = (
+                f"after {quiet:.2f} s quiet, the loop's thread had used {cpu:.2f} s of CPU,"
+                f" in:\n{''.join(traceback.format_stack(frame, limit=12))}"
+            )
 
 
 @contextlib.asynccontextmanager
@@ -38,6 +84,7 @@ async def healthz_stays_responsive(
     """
     probe = HealthProbe()
     stop = asyncio.Event()
+    watchdog = _Watchdog(threading.get_ident(), quiet_after=bound / 2)
 
     async def poll() -> None:
         last = time.monotonic()
@@ -47,6 +94,7 @@ async def healthz_stays_responsive(
                 if response.status != 200:
                     probe.failures.append(f"/healthz answered {response.status}")
             now = time.monotonic()
+            watchdog.answered()
             probe.answers += 1
             probe.slowest = max(probe.slowest, now - started)
             probe.longest_gap = max(probe.longest_gap, now - last)
@@ -55,16 +103,20 @@ async def healthz_stays_responsive(
                 await asyncio.wait_for(stop.wait(), _PROBE_EVERY_SECONDS)
 
     task = asyncio.create_task(poll())
+    watchdog.start()
     try:
         yield probe
     finally:
         stop.set()
         await task
+        watchdog.done.set()
+        watchdog.join()
+        probe.stalled_in = watchdog.report
     assert not probe.failures, probe.failures
     assert probe.answers > 0
-    assert probe.slowest < bound, f"/healthz took {probe.slowest:.2f} s"
+    assert probe.slowest < bound, f"/healthz took {probe.slowest:.2f} s\n{probe.stalled_in}"
     assert probe.longest_gap < bound + _PROBE_EVERY_SECONDS, (
-        f"the loop stalled {probe.longest_gap:.2f} s"
+        f"the loop stalled {probe.longest_gap:.2f} s; {probe.stalled_in}"
     )
 
 
