@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,6 +48,10 @@ THREADS = 1
 CONNECTIONS = 32
 WARMUP_SECONDS = 2
 DURATION_SECONDS = 10
+# Each server is measured this many times, in turn with the others: a 10 s run of one server
+# moves by up to 8% from run to run on a shared 2-core machine, and a slow stretch of the
+# machine then falls on every server alike instead of on one.
+ROUNDS = 3
 RATIO_GOAL = 0.5
 PROCESSING_TIMEOUT = 20.0
 
@@ -59,6 +64,42 @@ class WrkRun:
     p50_ms: float
     p99_ms: float
     requests: int
+    rounds: tuple[float, ...] = ()
+
+
+def median_run(runs: list[WrkRun]) -> WrkRun:
+    """The median of each figure over ``runs`` of one server, their requests added up and
+    each run's requests a second kept (``rounds``)."""
+    return WrkRun(
+        statistics.median(run.requests_per_second for run in runs),
+        statistics.median(run.p50_ms for run in runs),
+        statistics.median(run.p99_ms for run in runs),
+        sum(run.requests for run in runs),
+        tuple(run.requests_per_second for run in runs),
+    )
+
+
+# A URL and its request headers (None: none).
+Target = tuple[str, dict[str, str] | None]
+
+
+def alternating(targets: list[Target], script: Path | None = None) -> list[WrkRun]:
+    """A warm-up of each target, then ROUNDS runs of each in turn: each target's median."""
+    for url, headers in targets:
+        wrk(url, WARMUP_SECONDS, headers, script)
+    runs: list[list[WrkRun]] = [[] for _ in targets]
+    for _ in range(ROUNDS):
+        for kept, (url, headers) in zip(runs, targets, strict=True):
+            kept.append(wrk(url, DURATION_SECONDS, headers, script))
+    return [median_run(kept) for kept in runs]
+
+
+def rounds_note(name: str, labelled: list[tuple[str, WrkRun]]) -> str:
+    """Each server's requests a second, round by round: how far the median could move."""
+    spreads = "; ".join(
+        f"{label} {' / '.join(f'{rps:,.0f}' for rps in run.rounds)}" for label, run in labelled
+    )
+    return f"{name}: req/s in each of the {ROUNDS} rounds (the median counts): {spreads}"
 
 
 def _latency_ms(text: str, percentile: str) -> float:
@@ -234,11 +275,7 @@ def run() -> Report:
                     (base + path, {"Authorization": key}),
                     (f"http://127.0.0.1:{uvloop_port}{path}", None),
                 ]
-                for url, headers in targets:
-                    wrk(url, WARMUP_SECONDS, headers)
-                bare, floor, libflow, bare_uvloop = (
-                    wrk(url, DURATION_SECONDS, headers) for url, headers in targets
-                )
+                bare, floor, libflow, bare_uvloop = alternating(targets)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -247,9 +284,18 @@ def run() -> Report:
     rows.insert(2, uvloop_row(NAME, "GET files/:id", libflow, bare_uvloop))
     notes = [
         f"get_file: wrk -t{THREADS} -c{CONNECTIONS} -d{DURATION_SECONDS}s --latency on CPU "
-        f"{WRK_CPU} after a {WARMUP_SECONDS}s warm-up each; all servers on CPU {SERVER_CPU}; "
-        f"{bare.requests} / {floor.requests} / {libflow.requests} / {bare_uvloop.requests} "
-        "requests (bare / floor / libflow / bare on uvloop)",
+        f"{WRK_CPU} after a {WARMUP_SECONDS}s warm-up each, {ROUNDS} rounds in turn; all "
+        f"servers on CPU {SERVER_CPU}; {bare.requests} / {floor.requests} / {libflow.requests} "
+        f"/ {bare_uvloop.requests} requests (bare / floor / libflow / bare on uvloop)",
+        rounds_note(
+            NAME,
+            [
+                ("bare", bare),
+                ("floor", floor),
+                ("libflow", libflow),
+                ("bare on uvloop", bare_uvloop),
+            ],
+        ),
         f"get_file: libflow with LIBFLOW_LOG_LEVEL={LOG_LEVEL} (the INFO access log is off), "
         "LIBFLOW_API_KEY_CACHE_SECONDS default (5), SQLite database; "
         f"JSON body {len(body)} bytes, served re-serialized by the baseline and by the floor "

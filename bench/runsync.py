@@ -48,14 +48,16 @@ from bench._common import (
 from bench.get_file import (
     CONNECTIONS,
     DURATION_SECONDS,
+    ROUNDS,
     SERVER_CPU,
     THREADS,
     WARMUP_SECONDS,
     WRK_CPU,
     WrkRun,
+    alternating,
     floor_row,
+    rounds_note,
     uvloop_row,
-    wrk,
     wrk_comparison,
 )
 
@@ -246,20 +248,17 @@ def run() -> Report:
                     cpu=SERVER_CPU,
                 ),
             ):
-                targets = [
+                keyed = [
                     (baseline_url, None),
                     (recorded_url, None),
                     (floor_url, floor_key),
                     (url, key),
                     (uvloop_url, None),
                 ]
-                for target, api_key in targets:
+                for target, api_key in keyed:
                     _check_answer(target, api_key)
-                    headers = {"Authorization": api_key} if api_key else None
-                    wrk(target, WARMUP_SECONDS, headers, script)
-                bare, recorded_bare, floor, libflow, bare_uvloop = (
-                    wrk(target, DURATION_SECONDS, {"Authorization": k} if k else None, script)
-                    for target, k in targets
+                bare, recorded_bare, floor, libflow, bare_uvloop = alternating(
+                    [(t, {"Authorization": k} if k else None) for t, k in keyed], script
                 )
             recorded = _runs_recorded(base, project, key, workflow_id)
             if recorded == 0:
@@ -275,10 +274,21 @@ def run() -> Report:
     rows.insert(3, uvloop_row(NAME, "runsync 3-node", libflow, bare_uvloop))
     notes = [
         f"runsync: wrk -t{THREADS} -c{CONNECTIONS} -d{DURATION_SECONDS}s --latency -s (POST "
-        f"{len(body)}-byte JSON body) on CPU {WRK_CPU} after a {WARMUP_SECONDS}s warm-up each; "
-        f"all servers on CPU {SERVER_CPU}; {bare.requests} / {floor.requests} / "
-        f"{libflow.requests} requests (bare / floor / libflow); {recorded_bare.requests} "
-        f"(the recorded bare handler), {bare_uvloop.requests} (the bare handler on uvloop)",
+        f"{len(body)}-byte JSON body) on CPU {WRK_CPU} after a {WARMUP_SECONDS}s warm-up each, "
+        f"{ROUNDS} rounds in turn; all servers on CPU {SERVER_CPU}; {bare.requests} / "
+        f"{floor.requests} / {libflow.requests} requests (bare / floor / libflow); "
+        f"{recorded_bare.requests} (the recorded bare handler), {bare_uvloop.requests} (the "
+        "bare handler on uvloop)",
+        rounds_note(
+            NAME,
+            [
+                ("bare", bare),
+                ("recorded bare", recorded_bare),
+                ("floor", floor),
+                ("libflow", libflow),
+                ("bare on uvloop", bare_uvloop),
+            ],
+        ),
         "runsync: workflow event -> input -> template -> set_output, each run recorded "
         f"in SQLite before the answer; LIBFLOW_LOG_LEVEL={LOG_LEVEL}, "
         "LIBFLOW_API_KEY_CACHE_SECONDS default (5); the baseline parses the body and answers "
