@@ -83,14 +83,21 @@ def median_run(runs: list[WrkRun]) -> WrkRun:
 Target = tuple[str, dict[str, str] | None]
 
 
-def alternating(targets: list[Target], script: Path | None = None) -> list[WrkRun]:
+def alternating(
+    targets: list[Target],
+    script: Path | None = None,
+    *,
+    seconds: int = DURATION_SECONDS,
+    cpu: int | None = WRK_CPU,
+    connections: int = CONNECTIONS,
+) -> list[WrkRun]:
     """A warm-up of each target, then ROUNDS runs of each in turn: each target's median."""
     for url, headers in targets:
-        wrk(url, WARMUP_SECONDS, headers, script)
+        wrk(url, WARMUP_SECONDS, headers, script, cpu=cpu, connections=connections)
     runs: list[list[WrkRun]] = [[] for _ in targets]
     for _ in range(ROUNDS):
         for kept, (url, headers) in zip(runs, targets, strict=True):
-            kept.append(wrk(url, DURATION_SECONDS, headers, script))
+            kept.append(wrk(url, seconds, headers, script, cpu=cpu, connections=connections))
     return [median_run(kept) for kept in runs]
 
 

@@ -2,9 +2,10 @@
 
 Two routes, each under wrk: GET .../library/files/:id (as ``bench.get_file``) and a
 3-node runsync (as ``bench.runsync``, every run recorded in SQLite before its answer, so two
-processes write one SQLite file). Each is measured four times in one run: the bare aiohttp
-handler of those benchmarks in 1 and in 2 processes (SO_REUSEPORT, as libflow's), and
-libflow with 1 and 2 processes. Goals: libflow 2 vs 1 >= 1.7x; libflow against bare with the
+processes write one SQLite file). Four groups of servers serve each at once: the bare
+aiohttp handler of those benchmarks in 1 and in 2 processes (SO_REUSEPORT, as libflow's),
+and libflow with 1 and 2 processes; each group is measured three times, in turn with the
+others, and its median counts. Goals: libflow 2 vs 1 >= 1.7x; libflow against bare with the
 same number of processes >= 0.5x (GET) and >= 0.3x (runsync).
 
 Nothing is pinned: N servers and wrk share the machine's CPUs alike in every case. On a
@@ -48,13 +49,20 @@ from bench._common import (
     run_alone,
     server,
 )
-from bench.get_file import WrkRun, _prepare_file, wrk
+from bench.get_file import (
+    ROUNDS,
+    WARMUP_SECONDS,
+    Target,
+    WrkRun,
+    _prepare_file,
+    alternating,
+    rounds_note,
+)
 from bench.webhooks import postgres_database
 
 NAME = "processes"
 WORKERS = (1, 2)
 CONNECTIONS = 64
-WARMUP_SECONDS = 2
 DURATION_SECONDS = 8
 SCALING_GOAL = 1.7
 LISTEN_TIMEOUT_SECONDS = 60.0
@@ -120,12 +128,6 @@ def _listeners(port: int) -> int:
                 if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
                     found += 1
     return found
-
-
-def measure(url: str, key: str | None, script: Path | None) -> WrkRun:
-    headers = {"Authorization": key} if key else None
-    wrk(url, WARMUP_SECONDS, headers, script, cpu=None, connections=CONNECTIONS)
-    return wrk(url, DURATION_SECONDS, headers, script, cpu=None, connections=CONNECTIONS)
 
 
 def rows_of(what: str, bare: dict[int, WrkRun], ours: dict[int, WrkRun]) -> list[Result]:
@@ -211,13 +213,21 @@ def _run(database_url: str | None) -> Report:
             ),
         }
         for what, (kind, path, lua, bare_payload) in routes.items():
-            bare: dict[int, WrkRun] = {}
-            ours: dict[int, WrkRun] = {}
-            for workers in WORKERS:
-                with bare_servers(kind, workers, work, env, bare_payload) as port:
-                    bare[workers] = measure(f"http://127.0.0.1:{port}{path}", None, lua)
-                with libflow_servers(workers, data_dir, env) as base:
-                    ours[workers] = measure(f"{base}{path}", key, lua)
+            with contextlib.ExitStack() as stack:
+                # Every group serves at once (the others idle): measured in turn, a slow
+                # stretch of the machine falls on all of them alike.
+                targets: list[Target] = []
+                for workers in WORKERS:
+                    port = stack.enter_context(bare_servers(kind, workers, work, env, bare_payload))
+                    targets.append((f"http://127.0.0.1:{port}{path}", None))
+                for workers in WORKERS:
+                    base = stack.enter_context(libflow_servers(workers, data_dir, env))
+                    targets.append((f"{base}{path}", {"Authorization": key}))
+                runs = alternating(
+                    targets, lua, seconds=DURATION_SECONDS, cpu=None, connections=CONNECTIONS
+                )
+            bare = dict(zip(WORKERS, runs[: len(WORKERS)], strict=True))
+            ours = dict(zip(WORKERS, runs[len(WORKERS) :], strict=True))
             results[what] = (bare, ours)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -229,8 +239,19 @@ def _run(database_url: str | None) -> Report:
     )
     notes = [
         f"processes: wrk -t1 -c{CONNECTIONS} -d{DURATION_SECONDS}s --latency after a "
-        f"{WARMUP_SECONDS}s warm-up each, nothing pinned, on {os.cpu_count()} CPUs shared by "
-        "wrk and the servers; requests (bare x1 / x2 / libflow x1 / x2): " + counts,
+        f"{WARMUP_SECONDS}s warm-up each, {ROUNDS} rounds in turn, nothing pinned, on "
+        f"{os.cpu_count()} CPUs shared by wrk and the servers; requests (bare x1 / x2 / "
+        "libflow x1 / x2): " + counts,
+        *(
+            rounds_note(
+                f"processes: {what}",
+                [
+                    *((f"bare x{n}", run) for n, run in bare.items()),
+                    *((f"libflow x{n}", run) for n, run in ours.items()),
+                ],
+            )
+            for what, (bare, ours) in results.items()
+        ),
         f"processes: libflow run_server.py --workers N (SO_REUSEPORT), LIBFLOW_LOG_LEVEL="
         f"{LOG_LEVEL}, LIBFLOW_EMBEDDER=none, "
         + (
