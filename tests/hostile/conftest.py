@@ -38,13 +38,16 @@ class _Watchdog(threading.Thread):
 
     It notes the thread's stack and how much CPU the thread used while quiet: a loop busy
     in code shows that code and about as much CPU as the quiet lasted; a stack ending in
-    the loop's own run call with little CPU means it waited (in C, for the GIL, or for a
-    core the machine did not give it).
+    the loop's own run call with little CPU means it waited. The kernel's view says on
+    what: the thread's state and wait channel (``futex_wait_queue``: a lock such as the
+    GIL; ``do_epoll_wait``: idle; ``balance_dirty_pages``: held back for the disk) and the
+    machine's CPU and IO pressure (a starved machine).
     """
 
-    def __init__(self, loop_thread: int, quiet_after: float) -> None:
+    def __init__(self, loop_thread: int, loop_native_id: int, quiet_after: float) -> None:
         super().__init__(daemon=True, name="healthz-watchdog")
         self.loop_thread = loop_thread
+        self.loop_task = Path(f"/proc/self/task/{loop_native_id}")
         self.loop_clock = time.pthread_getcpuclockid(loop_thread)
         self.quiet_after = quiet_after
         self.last_answer = time.monotonic()
@@ -68,9 +71,22 @@ class _Watchdog(threading.Thread):
             cpu = time.clock_gettime(self.loop_clock) - self.cpu_at_answer
             self.longest_quiet = quiet
             self.report = (
-                f"after {quiet:.2f} s quiet, the loop's thread had used {cpu:.2f} s of CPU,"
-                f" in:\n{''.join(traceback.format_stack(frame, limit=12))}"
+                f"after {quiet:.2f} s quiet, the loop's thread had used {cpu:.2f} s of CPU;"
+                f" {self._kernel_view()}; in:\n"
+                f"{''.join(traceback.format_stack(frame, limit=12))}"
             )
+
+    def _kernel_view(self) -> str:
+        seen = []
+        with contextlib.suppress(OSError, IndexError):
+            state = (self.loop_task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            wchan = (self.loop_task / "wchan").read_text()
+            seen.append(f"state {state}" + (f", waiting in {wchan}" if wchan != "0" else ""))
+        for kind in ("cpu", "io"):
+            with contextlib.suppress(OSError):
+                some = Path(f"/proc/pressure/{kind}").read_text().splitlines()[0]
+                seen.append(f"{kind} pressure {some.split()[1]}")
+        return ", ".join(seen) or "no kernel view"
 
 
 @contextlib.asynccontextmanager
@@ -84,7 +100,7 @@ async def healthz_stays_responsive(
     """
     probe = HealthProbe()
     stop = asyncio.Event()
-    watchdog = _Watchdog(threading.get_ident(), quiet_after=bound / 2)
+    watchdog = _Watchdog(threading.get_ident(), threading.get_native_id(), quiet_after=bound / 2)
 
     async def poll() -> None:
         last = time.monotonic()
