@@ -4,7 +4,8 @@ A third server, the floor (``bench._floor_app``), is libflow's own application a
 same JSON from a route that reads nothing: what a keyed libflow route costs before its work.
 libflow and the floor run on uvloop, libflow's default; the bare handler runs on asyncio's
 loop, aiohttp's default (the goal's baseline), and once more on uvloop.
-Every server is pinned to CPU 0 and wrk to CPU 1; same duration and connections, one run.
+Every server is pinned to CPU 0 and wrk to CPU 1; same duration and connections, three rounds
+in turn (the median counts).
 Run alone with ``python -m bench.get_file``.
 """
 
@@ -49,7 +50,7 @@ CONNECTIONS = 32
 WARMUP_SECONDS = 2
 DURATION_SECONDS = 10
 # Each server is measured this many times, in turn with the others: a 10 s run of one server
-# moves by up to 8% from run to run on a shared 2-core machine, and a slow stretch of the
+# moves by up to 12% from run to run on a shared 2-core machine, and a slow stretch of the
 # machine then falls on every server alike instead of on one.
 ROUNDS = 3
 RATIO_GOAL = 0.5
