@@ -76,6 +76,12 @@ SAMPLE_SECONDS = 5
 # the service's state and memory, not a queue.
 RATES = {"upload": 2.0, "list": 20.0, "search": 5.0, "runsync": 40.0, "webhook": 40.0}
 HEALTHZ_RATE = 10.0
+# Searches, each through a new connection, before the load and its clock start: the kernel
+# spreads new connections over a group's servers (SO_REUSEPORT), so every server answers
+# one (that all 16 reach one of two servers: 2 in 65,536) and loads its embedding model
+# then. Otherwise a server's first search could come minutes in, over the few connections
+# the steady load keeps open, and its model's load would count as growth.
+WARMUP_SEARCHES = 16
 HOSTILE_RATES = {
     "template_bomb": 0.5,
     "output_bomb": 0.5,
@@ -417,7 +423,16 @@ async def _sample_memory(watch: Watch, until: float) -> None:
     watch.sample(time.monotonic() - started)
 
 
+async def _every_server_searched(soak: Soak) -> None:
+    """WARMUP_SEARCHES searches, each through a connection of its own."""
+    for n in range(WARMUP_SEARCHES):
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            await soak.search(session, n)
+
+
 async def _load(soak: Soak, watch: Watch, seconds: float, load: dict[str, float]) -> None:
+    await _every_server_searched(soak)
     until = time.monotonic() + seconds
     rates = {**load, "healthz": HEALTHZ_RATE}
     if soak.hostile_workflows:
