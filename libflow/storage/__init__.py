@@ -72,6 +72,27 @@ class Storage(Protocol):
         ...
 
 
+# The chunk ``read`` streams in by default; ``read_start`` asks for less when it wants less.
+_READ_CHUNK_BYTES = 1024 * 1024
+
+
+async def read_start(storage: Storage, key: str, size: int) -> bytes:
+    """The first ``size`` bytes of ``key`` (all of it when shorter), its stream closed as
+    soon as they are in; FileNotFoundError when nothing is stored there."""
+    data = bytearray()
+    stream = storage.read(key, chunk_size=min(size, _READ_CHUNK_BYTES))
+    try:
+        async for piece in stream:
+            data += piece
+            if len(data) >= size:
+                break
+    finally:
+        close = getattr(stream, "aclose", None)
+        if close is not None:
+            await close()
+    return bytes(data[:size])
+
+
 # Unicode bidi controls: in a saved name, "invoice\u202efdp.exe" displays as "invoiceexe.pdf".
 BIDI_CONTROLS = frozenset(
     "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"

@@ -55,7 +55,7 @@ from libflow.library.processing.prepare import Prepared
 from libflow.library.processing.thumbnails import ThumbnailError
 from libflow.library.search_index import remove_file_index, write_file_index
 from libflow.models import LibraryFile, ProcessingStatus
-from libflow.storage import Storage, StorageError
+from libflow.storage import Storage, StorageError, read_start
 from libflow.storage.keys import text_key, thumbnail_key
 
 logger = logging.getLogger("libflow.workers.files")
@@ -359,18 +359,8 @@ async def _download_and_prepare(
 async def _read_whole(storage: Storage, key: str, limit: int) -> bytes | None:
     """The object's bytes, or None if it holds more than ``limit`` (sealed bytes never
     differ from the size recorded, which chose this way in: a guard, not a path)."""
-    parts: list[bytes] = []
-    size = 0
-    stream = storage.read(key, chunk_size=limit + 1)
-    async for part in stream:
-        size += len(part)
-        if size > limit:
-            close = getattr(stream, "aclose", None)
-            if close is not None:
-                await close()
-            return None
-        parts.append(part)
-    return b"".join(parts)
+    data = await read_start(storage, key, limit + 1)
+    return None if len(data) > limit else data
 
 
 async def _fail(file: LibraryFile, storage: Storage, error: str) -> None:

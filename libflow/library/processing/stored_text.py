@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Sequence
 
 from libflow.models import Chunk
-from libflow.storage import Storage
+from libflow.storage import Storage, read_start
 from libflow.storage.keys import text_key
 
 # UTF-8 takes at most 4 bytes a character: reading this many bytes a character is enough.
@@ -26,21 +26,11 @@ async def read_stored_text(
     storage: Storage, project_id: str, file_id: str, *, limit: int
 ) -> str | None:
     """The first ``limit`` characters of the stored text; None if none was stored."""
-    wanted = limit * _BYTES_PER_CHAR
-    data = bytearray()
-    stream = storage.read(text_key(project_id, file_id))
     try:
-        async for piece in stream:
-            data += piece
-            if len(data) >= wanted:
-                break
+        data = await read_start(storage, text_key(project_id, file_id), limit * _BYTES_PER_CHAR)
     except FileNotFoundError:
         return None
-    finally:
-        close = getattr(stream, "aclose", None)
-        if close is not None:
-            await close()
-    return await asyncio.to_thread(_decode, bytes(data[:wanted]), limit)
+    return await asyncio.to_thread(_decode, data, limit)
 
 
 def _decode(data: bytes, limit: int) -> str:
