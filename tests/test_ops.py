@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
+from libflow.app import create_app
 from libflow.jobs import ArqJobQueue
 from libflow.logs import JsonFormatter
 from libflow.metrics import HttpMetrics
@@ -32,6 +33,7 @@ from tests.conftest import (
     Shape,
     base_settings,
     create_record,
+    new_project,
     put_bytes,
 )
 from tests.private_redis import PrivateRedis
@@ -362,3 +364,53 @@ async def test_redis_connections_probe_a_peer_that_may_have_vanished(scaled: Sha
                 assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 10
             finally:
                 await client.connection_pool.release(connection)
+
+
+async def test_a_redirect_is_counted_with_its_own_status(api: Api) -> None:
+    response = await api.client.get("/", allow_redirects=False)
+    assert response.status == 302
+    assert "X-Request-Id" in response.headers
+
+    text = await (await api.client.get("/metrics")).text()
+    statuses = {
+        s.labels["status"]
+        for s in _metric_samples(text, "libflow_http_requests_total")
+        if s.labels["route"] == "/"
+    }
+    assert statuses == {"302"}
+
+
+async def test_a_request_whose_client_left_is_counted_499_not_500(
+    aiohttp_client: Any, embedded: Shape
+) -> None:
+    # As run_server.py serves the app: a client gone cancels its request's handler.
+    client = await aiohttp_client(
+        create_app(embedded.settings),
+        server_kwargs={"port": embedded.settings.port, "handler_cancellation": True},
+    )
+    project_id, secret = await new_project()
+    api = Api(client, embedded, project_id, secret)
+    created = await create_record(api, name="cut.txt", file_type="txt")
+    link = URL(created["storageLink"])
+    _reader, writer = await asyncio.open_connection(link.host, link.port)
+    writer.write(
+        f"PUT {link.raw_path_qs} HTTP/1.1\r\nHost: {link.host}:{link.port}\r\n"
+        f"Content-Type: {created['mimeType']}\r\nContent-Length: 100\r\n\r\nhello".encode()
+    )
+    await writer.drain()
+    await asyncio.sleep(0.2)  # the handler is reading the body
+    writer.close()
+    await writer.wait_closed()
+
+    statuses: set[str] = set()
+    for _ in range(100):
+        text = await (await client.get("/metrics")).text()
+        statuses = {
+            s.labels["status"]
+            for s in _metric_samples(text, "libflow_http_requests_total")
+            if s.labels["route"] == "/storage/{key}"
+        }
+        if statuses:
+            break
+        await asyncio.sleep(0.05)
+    assert statuses == {"499"}

@@ -55,10 +55,8 @@ def error_response(
 
 
 def render_error(request: web.Request, err: Exception) -> web.StreamResponse:
-    """The JSON error answer of a domain error, an aiohttp HTTP error or a crash.
-
-    An HTTP exception below 400 (a redirect) is not an error: it is raised again.
-    """
+    """The JSON error answer of a domain error, an aiohttp HTTP error (400 and up: the
+    middleware lets a redirect through) or a crash."""
     if isinstance(err, RateLimited):
         response = error_response(err.code, err.message, status=err.status)
         response.headers["Retry-After"] = str(err.retry_after)
@@ -69,8 +67,6 @@ def render_error(request: web.Request, err: Exception) -> web.StreamResponse:
             response.force_close()  # see below
         return response
     if isinstance(err, web.HTTPException):
-        if err.status < 400:
-            raise err
         code, message = _code_for_status(err.status)
         response = error_response(code, message or err.reason, status=err.status)
         if err.status == 405 and "Allow" in err.headers:

@@ -10,6 +10,7 @@ are error answers).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
@@ -23,6 +24,9 @@ from libflow.logs import request_id_var
 from libflow.metrics import HttpMetrics
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# nginx's "client closed request": the request was cancelled before it was answered (its
+# client went away), so nothing was sent; counted as such rather than as a server error.
+CLIENT_CLOSED_REQUEST = 499
 
 
 def api_middleware(metrics: HttpMetrics) -> Middleware:
@@ -39,6 +43,15 @@ def api_middleware(metrics: HttpMetrics) -> Middleware:
                 if needs_api_key(request.path):
                     await authorize(request)
                 response = await handler(request)
+            except web.HTTPException as err:
+                if err.status < 400:  # a redirect is raised, not an error: aiohttp answers it
+                    status = err.status
+                    err.headers["X-Request-Id"] = request_id
+                    raise
+                response = render_error(request, err)
+            except asyncio.CancelledError:
+                status = CLIENT_CLOSED_REQUEST
+                raise
             except Exception as err:
                 response = render_error(request, err)
             status = response.status
