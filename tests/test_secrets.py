@@ -13,11 +13,12 @@ import os
 import secrets as random
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
 import asyncpg
 import pytest
@@ -49,7 +50,8 @@ from tests.workflow_helpers import (
 ROOT = Path(__file__).resolve().parents[1]
 # With characters JSON escapes: a value that comes back inside a JSON body is hidden too.
 TOKEN = f'tok-"{random.token_hex(12)}"-end'
-SPELLINGS = (TOKEN, json.dumps(TOKEN)[1:-1])
+# As is, in a JSON body, and in a JSON body sent back as a JSON string (httpbin's ``data``).
+SPELLINGS = (TOKEN, json.dumps(TOKEN)[1:-1], json.dumps(json.dumps(TOKEN))[1:-1])
 
 
 def secrets_url(api: Api, name: str = "") -> str:
@@ -283,7 +285,8 @@ async def test_webhook_secrets_are_sealed_and_still_verify(shaped_api: Api) -> N
 
 @dataclass
 class Echo:
-    """A local HTTP API that answers with what it was sent (a header, in its body too)."""
+    """A local HTTP API that answers with what it was sent (a header, in its body too; the
+    body parsed, and as the text it was, a JSON string in JSON, as httpbin answers)."""
 
     server: TestServer
     seen: list[str] = field(default_factory=list)
@@ -302,9 +305,10 @@ async def echo() -> AsyncIterator[Echo]:
     async def answer(request: web.Request) -> web.Response:
         authorization = request.headers.get("Authorization", "")
         found.seen.append(authorization)
-        sent = await request.json()
+        data = await request.text()
         return web.json_response(
-            {"authorization": authorization, "sent": sent}, headers={"X-Echo": authorization}
+            {"authorization": authorization, "sent": json.loads(data), "data": data},
+            headers={"X-Echo": authorization},
         )
 
     app.router.add_post("/echo", answer)
@@ -363,9 +367,10 @@ def assert_outputs_show_names(outputs: dict[str, Any]) -> None:
     assert outputs["echoed"] == {
         "authorization": "Bearer [secret:TOKEN]",
         "sent": {"token": "[secret:TOKEN]"},
+        "data": json.dumps({"token": "[secret:TOKEN]"}),
     }
     assert outputs["header"] == "Bearer [secret:TOKEN]"
-    assert "[secret:TOKEN]" in outputs["text"]
+    assert json.loads(outputs["text"]) == outputs["echoed"]  # the raw text, twice escaped
 
 
 async def test_a_queued_run_sends_the_value_and_shows_only_its_name(
@@ -512,6 +517,32 @@ def test_a_value_is_redacted_however_deep_it_is_nested() -> None:
     for _ in range(900):
         [redacted] = redacted
     assert redacted == {"auth": "Bearer [secret:TOKEN]"}
+
+
+@pytest.mark.parametrize("value", ["pässwörd✓", 'a/b\\c"d e', "plain-token-123"])
+@pytest.mark.parametrize(
+    ("encode", "decode"),
+    [
+        # an echo's JSON answer holding the JSON body it was sent, as a string (httpbin)
+        (lambda v: json.dumps({"data": json.dumps({"q": v})}), lambda t: json.loads(t)["data"]),
+        (
+            lambda v: json.dumps({"data": json.dumps({"q": v}, ensure_ascii=False)}),
+            lambda t: json.loads(t)["data"],
+        ),
+        # a JSON text in a query string; a value in a path (quote keeps "/"); a form field
+        (lambda v: quote(json.dumps({"q": v})), unquote),
+        (lambda v: "/a/" + quote(v), unquote),
+        (lambda v: "q=" + quote_plus(v), unquote_plus),
+    ],
+)
+def test_a_value_escaped_twice_is_redacted(
+    value: str, encode: Callable[[str], str], decode: Callable[[str], str]
+) -> None:
+    secrets = RunSecrets(_no_secrets, _no_secrets)
+    secrets.used["KEY"] = value
+    redacted = decode(secrets.redact_text(encode(value)))
+    assert "[secret:KEY]" in redacted
+    assert value not in redacted and json.dumps(value)[1:-1] not in redacted
 
 
 async def _no_secrets(*args: Any) -> Any:

@@ -190,16 +190,27 @@ class RunSecrets:
 
 
 def _spellings(value: str) -> set[str]:
-    """A value as it may come back: as is, JSON-escaped, percent-encoded."""
-    found = {
-        value,
+    """A value as it may come back: as is, JSON-escaped, percent-encoded, and each of those
+    escaped once more (an echo service answers with the JSON body it was sent as a JSON
+    string, httpbin's ``data``; a query string may carry a JSON text)."""
+    found = {value}
+    for _ in range(2):
+        found |= {escaped for spelling in found for escaped in _escaped_once(spelling)}
+    found.discard("")
+    return found
+
+
+def _escaped_once(value: str) -> tuple[str, ...]:
+    """One escaping of ``value`` each way: JSON (ASCII or not), percent-encoding (with or
+    without ``/`` kept, as ``quote`` keeps it by default), and a form's ``+`` for spaces."""
+    return (
         json.dumps(value)[1:-1],
         json.dumps(value, ensure_ascii=False)[1:-1],
         quote(value, safe=""),
+        quote(value),
         quote_plus(value, safe=""),
-    }
-    found.discard("")
-    return found
+        quote_plus(value),
+    )
 
 
 def references(field: Any) -> frozenset[str] | None:
