@@ -89,6 +89,18 @@ async def test_get_returns_the_latest_definition_and_every_version(api: Api) -> 
     assert all(v["createdDate"].endswith("Z") for v in got["versions"])
 
 
+async def test_publishing_a_version_moves_the_workflows_updated_date_to_it(api: Api) -> None:
+    created = await create(api, version_marker("1"))
+    await asyncio.sleep(0.01)  # dates are in milliseconds
+    await publish(api, created["workflowId"], version_marker("2"))
+
+    got = await ok_json(await call(api, "GET", f"/{created['workflowId']}"))
+    [listed] = await ok_json(await call(api, "GET", ""))
+
+    assert got["updatedDate"] == got["versions"][-1]["createdDate"] != created["createdDate"]
+    assert listed["updatedDate"] == got["updatedDate"]
+
+
 async def test_create_with_a_name_of_200_characters_keeps_it(api: Api) -> None:
     created = await create(api, SPEC_EXAMPLE, name="n" * 200)
     got = await ok_json(await call(api, "GET", f"/{created['workflowId']}"))

@@ -86,7 +86,9 @@ async def publish_version(
                 await (
                     Workflow.filter(id=workflow.id, latest_version__lt=number)
                     .using_db(connection)
-                    .update(latest_version=number)
+                    # A queryset update leaves auto_now alone: the workflow changed when
+                    # its latest version was published.
+                    .update(latest_version=number, updated_at=version.created_at)
                 )
             return version
         except IntegrityError:
