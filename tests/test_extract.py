@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import datetime
+import re
 import tracemalloc
 import zipfile
 from collections.abc import Iterator
@@ -235,6 +236,38 @@ def test_control_characters_are_dropped(tmp_path: Path) -> None:
     assert extract_text(path, "txt").segments[0].text == "tab\there nul\r\nend"
 
 
+def test_text_with_a_few_stray_nul_bytes_is_still_text(tmp_path: Path) -> None:
+    path = tmp_path / "log.txt"
+    path.write_bytes(b"line one\n" * 100 + b"\x00" * 64 + b"line two\n" * 100)
+    assert "line two" in extract_text(path, "txt").segments[0].text
+
+
+@pytest.mark.parametrize("codec", ["utf-16", "utf-32"])
+def test_text_with_a_byte_order_mark_is_text_despite_its_nul_bytes(
+    tmp_path: Path, codec: str
+) -> None:
+    path = tmp_path / "wide.csv"
+    path.write_bytes("name,city\nAda,London\n".encode(codec))
+    assert "Ada,London" in extract_text(path, "csv").segments[0].text
+
+
+@pytest.mark.parametrize(
+    ("head", "what"),
+    [
+        (b"%PDF-1.7\n", "a pdf; upload it with fileType 'pdf'"),
+        (b"PK\x03\x04", "a zip archive (docx, pptx and xlsx are zip archives)"),
+        (b"\xff\xd8\xff\xe0", "a JPEG image; upload it with fileType 'jpg'"),
+    ],
+)
+def test_a_binary_format_uploaded_as_text_is_refused_by_name(
+    tmp_path: Path, head: bytes, what: str
+) -> None:
+    path = tmp_path / "page.html"
+    path.write_bytes(head + b"<p>looks like text after the header</p>" * 10)
+    with pytest.raises(ExtractionError, match=re.escape(f"not a text file: its bytes are {what}")):
+        extract_text(path, "html")
+
+
 def test_unknown_file_type_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="no text extractor"):
         extract("pages.pdf", "exe")
@@ -296,8 +329,7 @@ def test_utf16_xml_is_counted_as_xml(tmp_path: Path) -> None:
 
 def test_text_over_the_text_budget_is_refused(tmp_path: Path) -> None:
     text = tmp_path / "long.txt"
-    with text.open("wb") as file:
-        file.truncate(MAX_TEXT_CHARS + 1)  # sparse
+    text.write_bytes(b"word " * (MAX_TEXT_CHARS // 5 + 1))
     with pytest.raises(BudgetExceeded, match=f"more than {MAX_TEXT_CHARS:,} characters"):
         extract_text(text, "txt")
 

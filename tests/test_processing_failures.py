@@ -68,6 +68,29 @@ async def test_a_bad_file_fails_clearly_and_the_worker_goes_on(
     assert done["updating"] is None
 
 
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            fixture_bytes("thumb_small.png"),
+            "its bytes are a PNG image; upload it with fileType 'png'",
+        ),
+        (bytes(range(256)) * 64, "its bytes are binary, not characters"),
+    ],
+    ids=["png", "unknown binary"],
+)
+async def test_binary_bytes_uploaded_as_text_fail_and_index_nothing(
+    api: Api, data: bytes, message: str
+) -> None:
+    record = await api.upload(data, name="notes.txt", file_type="txt")
+    failed = await wait_until_processed(api, record["id"])
+
+    assert failed["processing"]["status"] == "failed", failed
+    assert failed["processing"]["error"] == f"not a text file: {message}"
+    assert failed["searchable"] is False
+    assert await Chunk.filter(file_id=failed["id"]).count() == 0
+
+
 async def test_refinalizing_a_failed_file_processes_its_sealed_bytes_again(
     shaped_api: Api,
 ) -> None:

@@ -46,7 +46,7 @@ SCHEMA_WORDS: Final[dict[str, tuple[str, dict[str, str]]]] = {
         {
             "id": "The file's id.",
             "name": "Its original name.",
-            "type": "Its file type (`pdf`, `docx`, ...).",
+            "type": "Its MIME type (`application/pdf`, `text/plain`, ...), from its `fileType`.",
             "size": "Its size in bytes (0 until it is finalized).",
             "dir": "The id of its folder (`root`: the top).",
             "createdDate": f"When its record was created; {_TIMESTAMP}",
@@ -63,7 +63,8 @@ SCHEMA_WORDS: Final[dict[str, tuple[str, dict[str, str]]]] = {
             "mimeType": "The Content-Type its bytes are uploaded and downloaded with.",
             "searchable": "Whether its passages are in search (false with `preventSearch`).",
             "thumbnail": "Whether it has a thumbnail (images and pdfs, once processed).",
-            "sha256": "The SHA-256 of its bytes, in hex, once it is finalized.",
+            "sha256": "The SHA-256 of its bytes, in hex, once processing has read them "
+            "(null until then).",
             "processing": "Its processing: status, error, the time of each step, and the "
             "pages and passages found.",
             "status": "`pending` (queued), `processing`, `done` or `failed`.",

@@ -31,7 +31,7 @@ from libflow.library.processing.ocr import extract_image
 from libflow.library.processing.office import extract_docx, extract_pptx
 from libflow.library.processing.pdf_text import extract_pdf
 from libflow.library.processing.plain_text import decode_text as decode_text
-from libflow.library.processing.plain_text import read_text_bytes
+from libflow.library.processing.plain_text import read_text_bytes, refuse_binary
 from libflow.library.processing.spreadsheet import extract_xlsx
 
 MAX_TEXT_BYTES = MAX_TEXT_FILE_BYTES  # the name tests and callers have known it by
@@ -44,6 +44,7 @@ def _extract_plain(path: Path, budget: TextBudget) -> Extraction:
 
 def extract_plain_bytes(data: bytes, budget: TextBudget | None = None) -> Extraction:
     """The text of a txt, csv or md file already read whole (at most MAX_TEXT_FILE_BYTES)."""
+    refuse_binary(data)
     text = (budget or TextBudget()).take(decode_text(data))
     return Extraction([Segment(clean(text), None)], None)
 

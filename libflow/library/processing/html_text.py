@@ -15,7 +15,12 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from libflow.library.processing.budgets import MAX_HTML_TAGS, BudgetExceeded
 from libflow.library.processing.extracted import Extraction, Segment, TextBudget, clean
-from libflow.library.processing.plain_text import BOMS, decode_text, read_text_bytes
+from libflow.library.processing.plain_text import (
+    BOMS,
+    decode_text,
+    read_text_bytes,
+    refuse_binary,
+)
 
 # Never shown to a reader: code, styles, embedded documents and pictures.
 _HIDDEN = "head, script, style, noscript, template, svg, math, iframe, object, canvas"
@@ -34,6 +39,7 @@ _SPACES = re.compile(r"[^\S\n]+")
 def extract_html(path: Path, budget: TextBudget) -> Extraction:
     """The page's title and visible text as one segment."""
     data = read_text_bytes(path)
+    refuse_binary(data)
     if data.count(b"<") > MAX_HTML_TAGS:
         raise BudgetExceeded(f"the html has more than {MAX_HTML_TAGS:,} tags")
     tree = LexborHTMLParser(_decode(data))

@@ -20,6 +20,27 @@ BOMS = (  # UTF-32 first: its little-endian BOM starts with UTF-16's
 )
 
 
+# Binary formats by their first bytes: a file of one of them uploaded as a text type
+# would otherwise be "decoded" into noise and indexed, crowding searches.
+_SIGNATURES = (
+    (b"%PDF-", "a pdf", "pdf"),
+    (b"PK\x03\x04", "a zip archive (docx, pptx and xlsx are zip archives)", None),
+    (b"\x89PNG\r\n\x1a\n", "a PNG image", "png"),
+    (b"\xff\xd8\xff", "a JPEG image", "jpg"),
+    (b"GIF87a", "a GIF image", "gif"),
+    (b"GIF89a", "a GIF image", "gif"),
+    (b"\x1f\x8b", "gzip-compressed", None),
+    (b"\x7fELF", "an executable", None),
+)
+# Bytes no text holds (controls other than tab, newlines, form feed and escape). A text
+# file may carry a few stray ones (they are dropped); random binary bytes are one in ten of
+# them, a binary format's usually more.
+_NOT_TEXT = bytes([*range(0, 9), 11, *range(14, 27), *range(28, 32)])
+_SAMPLE_BYTES = 8192
+_MOST_NOT_TEXT = 0.05
+_STRAY_NOT_TEXT = 8
+
+
 def read_text_bytes(path: Path) -> bytes:
     """The whole file, refusing one over MAX_TEXT_FILE_BYTES."""
     with path.open("rb") as file:
@@ -29,6 +50,21 @@ def read_text_bytes(path: Path) -> bytes:
             f"the text file is larger than {MAX_TEXT_FILE_BYTES // MIB} MiB, too large to index"
         )
     return data
+
+
+def refuse_binary(data: bytes) -> None:
+    """ExtractionError if ``data`` is a binary format's (by its first bytes) or mostly
+    bytes that text never holds; text with a byte-order mark (UTF-16, UTF-32) is text."""
+    if any(data.startswith(bom) for bom, _ in BOMS):
+        return
+    for signature, what, file_type in _SIGNATURES:
+        if data.startswith(signature):
+            upload = f"; upload it with fileType {file_type!r}" if file_type else ""
+            raise ExtractionError(f"not a text file: its bytes are {what}{upload}")
+    sample = data[:_SAMPLE_BYTES]
+    not_text = len(sample) - len(sample.translate(None, _NOT_TEXT))
+    if not_text > max(_STRAY_NOT_TEXT, _MOST_NOT_TEXT * len(sample)):
+        raise ExtractionError("not a text file: its bytes are binary, not characters")
 
 
 def decode_text(data: bytes) -> str:
