@@ -124,6 +124,34 @@ async def test_search_with_a_bad_limit_is_400(api: Api) -> None:
         await assert_error(response, 400, "VALIDATION_ERROR")
 
 
+async def test_search_with_a_q_over_2000_characters_is_400_as_post_is(api: Api) -> None:
+    response = await api.call("GET", "/search", params={"q": "a" * 2001})
+    error = await assert_error(response, 400, "VALIDATION_ERROR")
+    assert error["details"] == [{"field": "q", "problem": "at most 2000 characters"}]
+    assert (await api.call("GET", "/search", params={"q": "a" * 2000})).status == 200
+
+
+async def test_search_with_a_nul_in_q_is_400_on_every_shape(shaped_api: Api) -> None:
+    response = await shaped_api.call("GET", "/search", params={"q": "gecko\x00"})
+    error = await assert_error(response, 400, "VALIDATION_ERROR")
+    assert error["details"][0]["field"] == "q"
+
+
+async def test_search_mode_keyword_scores_only_keywords(api: Api) -> None:
+    file_id = await upload_text(api, "The marten ferry leaves at dawn.")
+    hits = await search(api, "marten ferry", mode="keyword")
+    assert [hit["fileId"] for hit in hits] == [file_id]
+    assert hits[0]["score"] > 0
+    # a paraphrase with no shared word finds nothing by keywords alone
+    assert await search(api, "weasel boat", mode="keyword") == []
+
+
+async def test_search_with_an_unknown_mode_is_400_naming_mode(api: Api) -> None:
+    response = await api.call("GET", "/search", params={"q": "a", "mode": "fuzzy"})
+    error = await assert_error(response, 400, "VALIDATION_ERROR")
+    assert error["details"][0]["field"] == "mode"
+
+
 async def test_search_in_an_unknown_folder_is_404(api: Api) -> None:
     response = await api.call("GET", "/search", params={"q": "a", "dir": "nosuchfolder"})
     await assert_error(response, 404, "NOT_FOUND")

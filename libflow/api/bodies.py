@@ -114,10 +114,15 @@ FilterValues = Annotated[
 Filter = Annotated[dict[MetadataKey, FilterValues], Field(max_length=MAX_METADATA_KEYS)]
 
 
+MAX_QUERY_CHARS = 2000  # a search's text, in GET's ``q`` as in POST's ``query``
+
+
 class SearchBody(Body):
     """``POST .../library/search``."""
 
-    query: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]
+    query: Annotated[
+        str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_QUERY_CHARS)
+    ]
     limit: Annotated[int, Field(ge=1, le=100)] = 10
     dir: Id | None = None
     filter: Filter = Field(default_factory=dict)

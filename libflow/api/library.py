@@ -9,6 +9,7 @@ from aiohttp import web
 from libflow import appkeys
 from libflow.api.auth import CALLER
 from libflow.api.bodies import (
+    MAX_QUERY_CHARS,
     CreateFileBody,
     CreateFolderBody,
     FinalizeBody,
@@ -21,6 +22,7 @@ from libflow.api.render import file_detail_json, file_json, folder_json
 from libflow.api.responses import json_response
 from libflow.errors import ValidationFailed
 from libflow.ids import iso
+from libflow.json_text import UNSTORABLE_PROBLEM, holds_unstorable
 from libflow.library import file_changes, files, folders, passages, search
 from libflow.library.vectors import PassageFilter
 
@@ -216,9 +218,33 @@ async def search_library(request: web.Request) -> web.Response:
             "q is required: the text to search for",
             details=[{"field": "q", "problem": "missing or empty"}],
         )
+    # As POST's ``query`` is checked: the same text is the same search either way.
+    if len(query) > MAX_QUERY_CHARS:
+        raise ValidationFailed(
+            f"q is longer than {MAX_QUERY_CHARS} characters",
+            details=[{"field": "q", "problem": f"at most {MAX_QUERY_CHARS} characters"}],
+        )
+    if holds_unstorable(query):
+        raise ValidationFailed(
+            "invalid query: q", details=[{"field": "q", "problem": UNSTORABLE_PROBLEM}]
+        )
     limit = query_limit(request, default=10, maximum=MAX_SEARCH_RESULTS)
-    hits = await _search(request, query, limit, PassageFilter(request.query.get("dir") or None))
+    where = PassageFilter(request.query.get("dir") or None)
+    hits = await _search(request, query, limit, where, _search_mode(request))
     return json_response([hit.to_json() for hit in hits])
+
+
+def _search_mode(request: web.Request) -> search.SearchMode:
+    """The ``mode`` query parameter: hybrid when absent."""
+    raw = request.query.get("mode", search.SearchMode.HYBRID.value)
+    try:
+        return search.SearchMode(raw)
+    except ValueError:
+        modes = ", ".join(mode.value for mode in search.SearchMode)
+        raise ValidationFailed(
+            f"mode must be one of {modes}",
+            details=[{"field": "mode", "problem": f"not one of {modes}"}],
+        ) from None
 
 
 @routes.post(f"{PREFIX}/search")

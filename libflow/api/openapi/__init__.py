@@ -240,9 +240,25 @@ def _operations() -> dict[str, dict[str, Any]]:
                 "summary": "Hybrid keyword and semantic search over the project's documents",
                 "parameters": [
                     *project,
-                    {"name": "q", "in": "query", "required": True, "schema": STR},
+                    {
+                        "name": "q",
+                        "in": "query",
+                        "required": True,
+                        "schema": {"type": "string", "minLength": 1, "maxLength": 2000},
+                    },
                     limit_param(100),
                     {"name": "dir", "in": "query", "required": False, "schema": STR},
+                    {
+                        "name": "mode",
+                        "in": "query",
+                        "required": False,
+                        "description": "Which rankings to run (as POST search's `mode`).",
+                        "schema": {
+                            "type": "string",
+                            "enum": ["hybrid", "keyword", "semantic"],
+                            "default": "hybrid",
+                        },
+                    },
                 ],
                 "responses": {
                     "200": json_response(
