@@ -7,7 +7,6 @@ from typing import Any
 
 from tests import test_cli
 from tests.test_cli import API, Server, assert_one_line_failure, http, libflow, ok_json
-from tests.test_cli_workflows import definition
 
 # test_cli's fixtures: a run_server.py process of this module's own, and a project made on
 # its database with the CLI.
@@ -17,10 +16,25 @@ project = test_cli.project
 Project = tuple[str, str]
 
 
+def hooked() -> dict[str, Any]:
+    """A definition started by the events these tests' webhooks use (and by ``run``)."""
+    events = ("run", "webhook", "push")
+    return {
+        "nodes": [
+            *({"id": f"on_{e}", "type": "event", "event": e} for e in events),
+            *(
+                {"id": f"out_{e}", "type": "set_output", "name": "event", "value": e}
+                for e in events
+            ),
+        ],
+        "edges": [{"from": f"on_{e}", "to": f"out_{e}"} for e in events],
+    }
+
+
 def new_workflow(server: Server, project: Project) -> str:
     """A workflow made through the API; its id."""
     project_id, key = project
-    body = {"name": "hooked", "definition": definition()}
+    body = {"name": "hooked", "definition": hooked()}
     reply = http("POST", f"{server.url}{API}/projects/{project_id}/workflows", key, body)
     assert reply.status == 201, reply.body
     workflow_id: str = reply.json()["workflowId"]

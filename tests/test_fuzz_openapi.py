@@ -127,7 +127,9 @@ async def target(start_app: ClientFactory, tmp_path: Path) -> Target:
     )
     webhook = await ok_json(
         await api.client.post(
-            workflows_url(project_id, f"/{workflow_id}/webhooks"), headers=api.headers, json={}
+            workflows_url(project_id, f"/{workflow_id}/webhooks"),
+            headers=api.headers,
+            json={"event": "run"},  # SPEC_EXAMPLE's event
         ),
         201,
     )

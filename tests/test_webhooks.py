@@ -20,7 +20,7 @@ from tests.webhook_helpers import (
     stripe_headers,
     webhooks_path,
 )
-from tests.workflow_helpers import API, chain, create, get_run, ok_json, output, runs_of
+from tests.workflow_helpers import API, chain, create, get_run, ok_json, output, publish, runs_of
 
 # Management
 
@@ -302,8 +302,22 @@ async def test_a_delivery_over_1_mib_is_413_and_stores_nothing(api: Api) -> None
     assert await deliveries_of(api, created["webhookId"]) == []
 
 
-async def test_a_workflow_without_the_webhooks_event_records_a_failed_run(api: Api) -> None:
-    created = await create_webhook(api, chain(output("x", 1)), event="order.paid")
+async def test_a_webhook_for_an_event_the_workflow_lacks_is_400_unknown_event(api: Api) -> None:
+    workflow = await create(api, chain(output("x", 1), event="order.created"))
+    response = await api.client.post(
+        f"{API}/projects/{api.project_id}/workflows/{workflow['workflowId']}/webhooks",
+        json={"event": "order.paid"},
+        headers=api.headers,
+    )
+    error = await assert_error(response, 400, "UNKNOWN_EVENT")
+    assert error["details"] == {"event": "order.paid", "knownEvents": ["order.created"]}
+
+
+async def test_a_version_without_the_webhooks_event_records_a_failed_run(api: Api) -> None:
+    created = await create_webhook(
+        api, chain(output("x", 1), event="order.paid"), event="order.paid"
+    )
+    await publish(api, created["workflowId"], chain(output("x", 1)))
     body = event_body()
 
     response = await deliver(

@@ -67,7 +67,11 @@ async def create_webhook(request: web.Request) -> web.Response:
     """Add a webhook trigger to a workflow; the answer holds its secret."""
     body = await parse_body(request, CreateWebhookBody, allow_empty=True)
     webhook = await manage.create_webhook(
-        _project(request), request.match_info["workflowId"], scheme=body.scheme, event=body.event
+        _project(request),
+        request.match_info["workflowId"],
+        scheme=body.scheme,
+        event=body.event,
+        reads=request.app[appkeys.READS],
     )
     return json_response(_render(request, webhook, with_secret=True), status=201)
 

@@ -12,6 +12,7 @@ from libflow.engine.runner import (
     RunResult,
     UnknownEvent,
     WorkflowRun,
+    check_event,
     check_run,
     run_workflow,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "UnknownEvent",
     "WorkflowDefinition",
     "WorkflowRun",
+    "check_event",
     "check_run",
     "parse_definition",
     "parse_definition_off_loop",

@@ -148,6 +148,11 @@ def _plan_of(definition: WorkflowDefinition, event: str) -> RunPlan:
     return plan
 
 
+def check_event(definition: WorkflowDefinition, event: str) -> None:
+    """UnknownEvent unless an event node of ``definition`` starts runs of ``event``."""
+    _plan_of(definition, event)
+
+
 def check_run(definition: WorkflowDefinition, event: str, inputs: Any) -> dict[str, Any]:
     """What a run of ``event`` with ``inputs`` would get: its inputs, defaults applied.
 

@@ -9,19 +9,29 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from libflow.db.fast_reads import FastReads
+from libflow.engine import check_event
 from libflow.errors import NotFound
 from libflow.ids import new_id, possible_id, utcnow
 from libflow.models import Webhook
 from libflow.secrets.crypto import secret_box, webhook_bound_to
 from libflow.webhooks.signatures import new_secret
-from libflow.workflows.versions import get_workflow
+from libflow.workflows.versions import find_run_target, get_workflow
 
 ROTATION_GRACE = timedelta(hours=24)
 
 
-async def create_webhook(project_id: str, workflow_id: str, *, scheme: str, event: str) -> Webhook:
-    """A webhook of one of the project's workflows, with a fresh secret (in clear)."""
-    workflow = await get_workflow(project_id, workflow_id)
+async def create_webhook(
+    project_id: str, workflow_id: str, *, scheme: str, event: str, reads: FastReads
+) -> Webhook:
+    """A webhook of one of the project's workflows, with a fresh secret (in clear); its
+    event must start runs of the latest version (UnknownEvent), as a schedule's must.
+
+    A later version without the event fails each delivery's run with UNKNOWN_EVENT.
+    """
+    target = await find_run_target(project_id, workflow_id, None, reads)
+    check_event(target.definition, event)
+    workflow = await get_workflow(project_id, target.workflow_id)
     webhook_id = new_id()
     secret = new_secret(scheme)
     webhook = await Webhook.create(

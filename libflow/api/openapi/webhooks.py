@@ -197,6 +197,8 @@ def webhook_operations() -> dict[str, dict[str, Any]]:
         f"{WF}/{{workflowId}}/webhooks": {
             "post": {
                 "summary": "Add a webhook trigger to a workflow (the answer holds its secret)",
+                "description": "Its `event` (default `webhook`) must start runs of the "
+                "workflow's latest version: 400 UNKNOWN_EVENT (with `knownEvents`) otherwise.",
                 "parameters": workflow,
                 "requestBody": body(CreateWebhookBody, required=False),
                 "responses": {
