@@ -177,6 +177,10 @@ def _receiver() -> dict[str, Any]:
                 },
                 "committed to the inbox (or a repeat of a delivery already committed)",
             ),
+            "400": _error(
+                "the body is not the gzip or deflate its Content-Encoding says",
+                "VALIDATION_ERROR",
+            ),
             "401": _error("the signature does not verify", "INVALID_SIGNATURE"),
             "404": _error("unknown or deleted webhook", "NOT_FOUND"),
             "413": _error("the body is over 1 MiB", "PAYLOAD_TOO_LARGE"),
