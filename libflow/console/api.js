@@ -108,6 +108,11 @@ export async function signedUrl(path) {
 // Create, PUT (with progress) and finalize: the library's three-step upload.
 export async function uploadFile(file, folder, onProgress, signal) {
   const extension = file.name.includes(".") ? file.name.split(".").pop().toLowerCase() : "";
+  if (!extension) {
+    // The file's type is its extension's: without one there is nothing to ask the server.
+    throw new ApiError(0, "UNSUPPORTED_FILE_TYPE",
+      `${file.name} has no extension to tell its type: rename it (.pdf, .docx, .txt, ...) and upload it again`);
+  }
   const created = await json("POST", "/library/files", {
     body: { originalname: file.name, fileType: extension, dir: folder || "root" },
     signal,

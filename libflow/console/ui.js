@@ -92,7 +92,20 @@ export function definitionList(pairs) {
 export function errorMessage(error) {
   if (error?.name === "AbortError") return null;
   const code = error?.code ? `${error.code}: ` : "";
-  return `${code}${error?.message || error}`;
+  return `${code}${error?.message || error}${problemsOf(error?.details)}`;
+}
+
+// What `details` says of each field or input ("metadata.a: must be a string, ..."): the
+// message alone names the fields, not what is wrong with them.
+function problemsOf(details) {
+  if (!Array.isArray(details)) return "";
+  const problems = details
+    .filter((detail) => detail && typeof detail.problem === "string")
+    .map((detail) => {
+      const name = detail.field ?? detail.input;
+      return name ? `${name}: ${detail.problem}` : detail.problem;
+    });
+  return problems.length ? ` (${problems.join("; ")})` : "";
 }
 
 export function errorBox(error) {

@@ -188,6 +188,39 @@ def test_a_file_is_downloaded_described_reprocessed_and_deleted(
     assert status == 404
 
 
+def test_metadata_the_api_refuses_shows_what_is_wrong_with_it(page: Page, console: Console) -> None:
+    file_id = upload(console, "labelled.txt", b"a short note", "txt")
+    sign_in(page, console, f"#/files/{file_id}")
+    page.get_by_role("textbox", name=re.compile("^Metadata")).fill('{"team": ["blue"]}')
+    page.get_by_role("button", name="Save metadata").click()
+    # The message names the field; the API's details say what is wrong with it.
+    alert = page.get_by_role("alert")
+    expect(alert).to_contain_text("VALIDATION_ERROR")
+    expect(alert).to_contain_text("metadata.team: ")
+
+
+def test_a_file_without_an_extension_is_not_uploaded_and_says_why(
+    page: Page, console: Console
+) -> None:
+    sign_in(page, console)
+    drop_files(page, ".dropzone", {"README": (b"no extension here", "")})
+    expect(page.locator(".upload")).to_contain_text(
+        "README has no extension to tell its type: rename it"
+    )
+    names = [f["name"] for f in call(console, "GET", "/library/files?limit=100")]
+    assert "README" not in names
+
+
+def test_a_files_type_is_the_one_it_was_uploaded_as_whatever_its_name(
+    page: Page, console: Console
+) -> None:
+    file_id = upload(console, "people.csv", b"name,city\nAda,London\n", "csv")
+    call(console, "PATCH", f"/library/files/{file_id}", {"name": "people.exe"})
+    sign_in(page, console)
+    row = page.locator(".file", has=page.get_by_role("link", name="people.exe"))
+    expect(row.locator(".type-icon")).to_have_text("CSV")
+
+
 def test_a_file_whose_processing_failed_is_listed_as_failed(page: Page, console: Console) -> None:
     broken = processed(console, upload(console, "broken.pdf", b"not a pdf at all", "pdf"))
     assert broken["processing"]["status"] == "failed"

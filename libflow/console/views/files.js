@@ -157,8 +157,24 @@ function fileRow(record, watcher) {
   return row;
 }
 
+// The type the file was uploaded as (its MIME type's), not its name's: a rename keeps it.
+const TYPE_NAMES = {
+  "application/pdf": "PDF",
+  "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "DOCX",
+  "application/vnd.openxmlformats-officedocument.presentationml.presentation": "PPTX",
+  "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": "XLSX",
+  "text/plain": "TXT",
+  "text/csv": "CSV",
+  "text/markdown": "MD",
+  "text/html": "HTML",
+  "image/png": "PNG",
+  "image/jpeg": "JPG",
+  "image/gif": "GIF",
+  "image/webp": "WEBP",
+};
+
 function typeName(record) {
-  return (record.name.split(".").pop() || record.type).toUpperCase();
+  return TYPE_NAMES[record.type] || (record.type || "file").split("/").pop().toUpperCase();
 }
 
 function typeIcon(record) {
