@@ -369,3 +369,39 @@ async def test_deliveries_are_listed_newest_first_with_a_limit(api: Api) -> None
         webhooks_path(api, f"/{created['webhookId']}/deliveries?limit=0"), headers=api.headers
     )
     await assert_error(bad, 400, "VALIDATION_ERROR")
+
+
+async def test_every_delivery_is_reached_by_following_the_link_header(api: Api) -> None:
+    created = await create_webhook(api)
+    for n in range(5):
+        body = event_body(n=n)
+        await deliver(api, created["webhookId"], body, standard_headers(created["secret"], body))
+
+    seen: list[str] = []
+    query, pages = "?limit=2", 0
+    while True:
+        response = await api.client.get(
+            webhooks_path(api, f"/{created['webhookId']}/deliveries{query}"), headers=api.headers
+        )
+        page = await ok_json(response)
+        seen += [delivery["deliveryId"] for delivery in page]
+        pages += 1
+        link = response.headers.get("Link")
+        if link is None:
+            break
+        assert link.endswith('>; rel="next"')
+        query = "?" + link[1 : link.index(">")].split("?", 1)[1]
+
+    assert pages == 3
+    assert len(seen) == len(set(seen)) == 5
+    assert seen == [d["deliveryId"] for d in await deliveries_of(api, created["webhookId"])]
+
+
+async def test_deliveries_with_a_cursor_not_from_a_link_are_400(api: Api) -> None:
+    created = await create_webhook(api)
+    response = await api.client.get(
+        webhooks_path(api, f"/{created['webhookId']}/deliveries?cursor=bogus!"),
+        headers=api.headers,
+    )
+    error = await assert_error(response, 400, "VALIDATION_ERROR")
+    assert error["details"] == [{"field": "cursor", "problem": "malformed"}]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
 from aiohttp import web
 
 from libflow import appkeys
@@ -19,7 +17,7 @@ from libflow.api.bodies import (
     query_limit,
 )
 from libflow.api.render import file_detail_json, file_json, folder_json
-from libflow.api.responses import json_response
+from libflow.api.responses import json_response, link_next
 from libflow.errors import ValidationFailed
 from libflow.ids import iso
 from libflow.json_text import UNSTORABLE_PROBLEM, holds_unstorable
@@ -110,17 +108,8 @@ async def list_files(request: web.Request) -> web.Response:
     )
     response = json_response([file_json(f) for f in page])
     if next_cursor is not None:
-        query = {"limit": str(limit), "cursor": next_cursor}
-        if folder_id is not None:
-            query["dir"] = folder_id
-        _link_next(request, response, query)
+        link_next(request, response, limit=limit, cursor=next_cursor)
     return response
-
-
-def _link_next(request: web.Request, response: web.Response, query: dict[str, str]) -> None:
-    """The ``Link: <...>; rel="next"`` header of a list answer with a next page."""
-    base = request.app[appkeys.SETTINGS].resolved_public_base_url
-    response.headers["Link"] = f'<{base}{request.path}?{urlencode(query)}>; rel="next"'
 
 
 @routes.get(f"{PREFIX}/files/{{fileId}}")
@@ -158,7 +147,7 @@ async def list_chunks(request: web.Request) -> web.Response:
     )
     response = json_response(page)
     if next_cursor is not None:
-        _link_next(request, response, {"limit": str(limit), "cursor": next_cursor})
+        link_next(request, response, limit=limit, cursor=next_cursor)
     return response
 
 

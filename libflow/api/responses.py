@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 from aiohttp import web
 
+from libflow import appkeys
 from libflow.json_text import dumps
 
 
@@ -25,3 +27,12 @@ def json_response(
         content_type="application/json",
         charset="utf-8",
     )
+
+
+def link_next(request: web.Request, response: web.Response, *, limit: int, cursor: str) -> None:
+    """The ``Link: <...>; rel="next"`` header of a page of a list whose next page starts at
+    ``cursor``: the request's other query parameters (its filters) are kept."""
+    query = {k: v for k, v in request.query.items() if k not in {"cursor", "limit"}}
+    query.update({"limit": str(limit), "cursor": cursor})
+    base = request.app[appkeys.SETTINGS].resolved_public_base_url
+    response.headers["Link"] = f'<{base}{request.path}?{urlencode(query)}>; rel="next"'

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlencode
 
 from aiohttp import web
 
 from libflow import appkeys
 from libflow.api.bodies import RunBody, parse_body, query_limit
-from libflow.api.responses import json_response
+from libflow.api.responses import json_response, link_next
 from libflow.api.sse import stream_events
 from libflow.errors import ValidationFailed
 from libflow.ids import iso, version_number
@@ -103,10 +102,7 @@ async def _page(request: web.Request, workflow_id: str | None) -> web.Response:
     )
     response = json_response([run_json(run) for run in page])
     if next_cursor is not None:
-        query = {k: v for k, v in request.query.items() if k not in {"cursor", "limit"}}
-        query.update({"limit": str(limit), "cursor": next_cursor})
-        base = request.app[appkeys.SETTINGS].resolved_public_base_url
-        response.headers["Link"] = f'<{base}{request.path}?{urlencode(query)}>; rel="next"'
+        link_next(request, response, limit=limit, cursor=next_cursor)
     return response
 
 

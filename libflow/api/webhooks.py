@@ -8,7 +8,7 @@ from aiohttp import web
 
 from libflow import appkeys
 from libflow.api.bodies import CreateWebhookBody, parse_body, query_limit
-from libflow.api.responses import json_response
+from libflow.api.responses import json_response, link_next
 from libflow.api.runs import accepted
 from libflow.errors import PayloadTooLarge
 from libflow.ids import iso
@@ -106,10 +106,18 @@ async def rotate_secret(request: web.Request) -> web.Response:
 
 @routes.get(f"{WEBHOOK}/deliveries")
 async def list_deliveries(request: web.Request) -> web.Response:
-    """The webhook's latest deliveries, newest first."""
+    """The webhook's deliveries, newest first; a Link header points at the next page."""
     limit = query_limit(request, default=100, maximum=inbox.MAX_DELIVERIES_LISTED)
-    found = await inbox.list_deliveries(_project(request), request.match_info["webhookId"], limit)
-    return json_response([delivery_json(d) for d in found])
+    page, next_cursor = await inbox.list_deliveries(
+        _project(request),
+        request.match_info["webhookId"],
+        limit=limit,
+        cursor=request.query.get("cursor"),
+    )
+    response = json_response([delivery_json(d) for d in page])
+    if next_cursor is not None:
+        link_next(request, response, limit=limit, cursor=next_cursor)
+    return response
 
 
 @routes.post(f"{WEBHOOK}/deliveries/{{deliveryId}}/replay")

@@ -9,6 +9,7 @@ from libflow.api.openapi.common import (
     AUTH_ERRORS,
     DATE,
     ERROR,
+    LINK_NEXT,
     NULLABLE_DATE,
     NULLABLE_STR,
     PROJECT,
@@ -20,6 +21,7 @@ from libflow.api.openapi.common import (
     json_response,
     limit_param,
     path_params,
+    query_param,
     ref,
 )
 from libflow.api.openapi.runs import accepted_run
@@ -248,12 +250,21 @@ def webhook_operations() -> dict[str, dict[str, Any]]:
         },
         f"{WEBHOOK}/deliveries": {
             "get": {
-                "summary": "The webhook's latest deliveries, newest first (without bodies)",
-                "parameters": [*webhook, limit_param(MAX_DELIVERIES_LISTED, default=100)],
+                "summary": "The webhook's deliveries, newest first (without bodies)",
+                "description": "Paged like the run list: a `Link` header names the next page, "
+                "if any. A bad limit or cursor is 400 VALIDATION_ERROR.",
+                "parameters": [
+                    *webhook,
+                    limit_param(MAX_DELIVERIES_LISTED, default=100),
+                    query_param("cursor", STR, "From the `Link` header of the previous page"),
+                ],
                 "responses": {
-                    "200": json_response(
-                        {"type": "array", "items": ref("WebhookDelivery")}, "deliveries"
-                    ),
+                    "200": {
+                        **json_response(
+                            {"type": "array", "items": ref("WebhookDelivery")}, "deliveries"
+                        ),
+                        "headers": LINK_NEXT,
+                    },
                     **errors(400, *AUTH_ERRORS, 404),
                 },
             },
