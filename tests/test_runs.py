@@ -439,6 +439,17 @@ async def test_runsync_with_an_event_stream_streams_the_run(shaped_api: Api) -> 
     assert record == await get_run(api, events[0].data["runId"])
 
 
+async def test_an_event_stream_carries_the_request_id_as_every_answer_does(api: Api) -> None:
+    created = await create(api, chain(output("x", 1)))
+    async with api.client.post(
+        f"/api/publicv1/projects/{api.project_id}/workflows/{created['workflowId']}/runsync",
+        headers={**api.headers, "Accept": "text/event-stream", "X-Request-Id": "trace-sse-1"},
+        json={},
+    ) as response:
+        await read_events(response)
+    assert response.headers["X-Request-Id"] == "trace-sse-1"
+
+
 async def test_text_with_an_unpaired_surrogate_streams_and_is_stored_replaced(
     shaped_api: Api,
 ) -> None:

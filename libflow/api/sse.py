@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
+from libflow.logs import request_id_var
 from libflow.workflows.run_events import RUN_FINISHED, RunEvent
 
 # A comment line this often keeps proxies from closing a quiet stream.
@@ -37,6 +38,11 @@ async def stream_events(
             "X-Accel-Buffering": "no",  # nginx: do not hold events back in a buffer
         }
     )
+    # Sent here: the middleware adds it to an answer after the handler, too late for a
+    # stream whose headers went out with its first event.
+    request_id = request_id_var.get()
+    if request_id is not None:
+        response.headers["X-Request-Id"] = request_id
     last_write = time.monotonic()
     async for event in events:
         if not response.prepared:
