@@ -51,9 +51,19 @@ def test_blank_segments_are_skipped() -> None:
     assert chunk_segments([Segment("", 1), Segment(" \n\t ", 2)]) == []
 
 
-def test_short_segment_is_one_chunk_with_whitespace_collapsed() -> None:
-    segment = Segment("  The zephyr\r\n quokka\t\talignment.  ", 4)
-    assert chunk_segments([segment]) == [Chunk("The zephyr quokka alignment.", 4, 0, tokens=6)]
+def test_short_segment_is_one_chunk_with_spaces_collapsed_and_lines_kept() -> None:
+    segment = Segment("  The zephyr\r\n\n quokka\t\talignment.  ", 4)
+    assert chunk_segments([segment]) == [Chunk("The zephyr\nquokka alignment.", 4, 0, tokens=6)]
+
+
+def test_a_csvs_rows_stay_one_a_line() -> None:
+    rows = "name,team,city\nAda,engines,London\nGrace,compilers,Arlington\n"
+    [chunk] = chunk_segments([Segment(rows, None)])
+    assert chunk.text.splitlines() == [
+        "name,team,city",
+        "Ada,engines,London",
+        "Grace,compilers,Arlington",
+    ]
 
 
 def test_chunks_stay_within_the_token_budget(small_chunks: list[Chunk]) -> None:
@@ -89,7 +99,7 @@ def test_chunks_keep_their_page_and_never_cross_pages(
     hundred_pages: list[Segment], small_chunks: list[Chunk]
 ) -> None:
     by_page = {s.page: " ".join(s.text.split()) for s in hundred_pages}
-    assert all(chunk.text in by_page[chunk.page] for chunk in small_chunks)
+    assert all(" ".join(chunk.text.split()) in by_page[chunk.page] for chunk in small_chunks)
     assert next(c for c in small_chunks if "emerald squid parliament" in c.text).page == 73
 
 
@@ -149,5 +159,10 @@ def test_the_passages_of_a_text_join_back_into_it(hundred_pages: list[Segment]) 
     # What library_file_text answers for a file processed before its text was stored.
     chunks = chunk_segments(hundred_pages, SMALL)
     joined = join_passages([(chunk.text, chunk.page) for chunk in chunks])
-    pages = [" ".join(segment.text.split()) for segment in hundred_pages if segment.text.strip()]
+    pages = [_lines(segment.text) for segment in hundred_pages if segment.text.strip()]
     assert joined.split("\n\n") == [unicodedata.normalize("NFKC", page) for page in pages]
+
+
+def _lines(text: str) -> str:
+    """``text``'s lines with words one space apart, the empty ones dropped: as passages hold it."""
+    return "\n".join(" ".join(words) for line in text.splitlines() if (words := line.split()))

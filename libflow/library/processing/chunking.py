@@ -63,6 +63,9 @@ class _Words:
     cost: list[int]
     glued: list[bool]  # a piece of an over-long word: no space before it
     stop: list[int]  # after this word: 2 = sentence end, 1 = line break, 0 = neither
+    # Whether a line of the text ends after this word: a passage keeps its lines (a csv's
+    # rows, a list's items, a heading above its paragraph) rather than running them together.
+    line_end: list[bool]
 
 
 def estimate_tokens(text: str) -> int:
@@ -207,11 +210,12 @@ def _split_words(text: str, budget: int, counter: _Counter) -> _Words:
     lines = [_bounded(split) for line in text.splitlines() if (split := line.split())]
     unique = list(dict.fromkeys(word for line in lines for word, _glued in line))
     costs = dict(zip(unique, counter.word_costs(unique), strict=True))
-    words = _Words([], [], [], [])
+    words = _Words([], [], [], [], [])
     for line_words in lines:
         for word, glued in line_words:
             _add_word(words, word, costs[word], budget, counter, glued=glued)
         words.stop[-1] = words.stop[-1] or 1
+        words.line_end[-1] = True
     return words
 
 
@@ -249,6 +253,7 @@ def _add_word(
         words.cost.append(piece_cost)
         words.glued.append(glued or index > 0)
         words.stop.append(0)
+        words.line_end.append(False)
     words.stop[-1] = _stop_after(word)
 
 
@@ -321,6 +326,7 @@ def _fitted_batch(
             words.cost[start:end],
             words.glued[start:end],
             words.stop[start:end],
+            words.line_end[start:end],
         )
         smaller = max(1, budget - (count - sizing.max_tokens))
         yield from _fitted_windows(inner, smaller, sizing, counter)
@@ -362,10 +368,12 @@ def _back_off(words: _Words, prefix: list[int], start: int, end: int, lowest: in
 
 
 def _join(words: _Words, start: int, end: int) -> str:
-    """Words ``start`` to ``end`` joined by single spaces, glued pieces without one."""
+    """Words ``start`` to ``end`` joined by single spaces, or a newline where a line ended;
+    glued pieces without either. (Both are whitespace to the tokenizers and the keyword
+    index: only the passage shown changes.)"""
     parts: list[str] = []
     for index in range(start, end):
         if index > start and not words.glued[index]:
-            parts.append(" ")
+            parts.append("\n" if words.line_end[index - 1] else " ")
         parts.append(words.text[index])
     return "".join(parts)

@@ -20,6 +20,7 @@ _BYTES_PER_CHAR = 4
 _PASSAGES_PER_READ = 200
 # Consecutive passages share at most 50 tokens, which are at most 6 characters and a space.
 _MAX_OVERLAP_CHARS = 50 * 7
+_SEPARATORS = " \n"  # between the words of a passage (chunking._join)
 
 
 async def read_stored_text(
@@ -72,9 +73,9 @@ def join_passages(passages: Sequence[tuple[str, int | None]]) -> str:
         else:
             shared = _overlap(previous, text)
             if shared:
-                rest = text[shared:].lstrip(" ")
+                rest = text[shared:]  # from the space or line break after the overlap
                 if rest:
-                    parts.append(" " + rest)
+                    parts.append(rest)
             else:
                 parts.append("\n\n" + text)
         previous = text
@@ -82,10 +83,11 @@ def join_passages(passages: Sequence[tuple[str, int | None]]) -> str:
 
 
 def _overlap(before: str, after: str) -> int:
-    """The length of the longest run of whole words ending ``before`` and starting ``after``."""
+    """The length of the longest run of whole words ending ``before`` and starting ``after``
+    (passages separate words by a space, or by a line break where a line ended)."""
     head = after[:_MAX_OVERLAP_CHARS]
     # Ends of words in ``after``'s head, longest first: an overlap ends at one of them.
-    ends = [index for index, char in enumerate(head) if char == " "]
+    ends = [index for index, char in enumerate(head) if char in _SEPARATORS]
     if len(after) <= _MAX_OVERLAP_CHARS:
         ends.append(len(after))
     for end in reversed(ends):
@@ -93,7 +95,7 @@ def _overlap(before: str, after: str) -> int:
         if (
             candidate
             and before.endswith(candidate)
-            and (len(before) == end or before[-end - 1] == " ")
+            and (len(before) == end or before[-end - 1] in _SEPARATORS)
         ):
             return end
     return 0
