@@ -252,11 +252,37 @@ def test_text_with_a_byte_order_mark_is_text_despite_its_nul_bytes(
 
 
 @pytest.mark.parametrize(
+    ("codec", "text"),
+    [
+        ("utf-16-le", "name,city\r\nAda,London\r\nJürgen,Köln\r\n"),
+        ("utf-16-be", "name,city\nAda,London\nJürgen,Köln\n"),
+        ("utf-32-le", "name,city\nAda,London\nJürgen,Köln\n"),
+    ],
+)
+def test_text_in_utf16_or_utf32_without_a_byte_order_mark_is_text(
+    tmp_path: Path, codec: str, text: str
+) -> None:
+    # As SQL Server's bcp -w and .NET's Encoding.Unicode write it: no BOM.
+    path = tmp_path / "export.csv"
+    path.write_bytes((text * 20).encode(codec))
+    lines = extract_text(path, "csv").segments[0].text.splitlines()
+    assert lines[:3] == ["name,city", "Ada,London", "Jürgen,Köln"]
+
+
+def test_text_with_line_breaks_of_old_tools_is_text(tmp_path: Path) -> None:
+    # FileMaker's line break inside a field (VT), DOS's end-of-file padding (SUB).
+    path = tmp_path / "export.txt"
+    path.write_bytes(b"first\x0bsecond line\r\n" * 50 + b"\x1a" * 128)
+    assert "second line" in extract_text(path, "txt").segments[0].text
+
+
+@pytest.mark.parametrize(
     ("head", "what"),
     [
         (b"%PDF-1.7\n", "a pdf; upload it with fileType 'pdf'"),
         (b"PK\x03\x04", "a zip archive (docx, pptx and xlsx are zip archives)"),
         (b"\xff\xd8\xff\xe0", "a JPEG image; upload it with fileType 'jpg'"),
+        (b"RIFF\x10\x00\x00\x00WEBPVP8 ", "a WEBP image; upload it with fileType 'webp'"),
     ],
 )
 def test_a_binary_format_uploaded_as_text_is_refused_by_name(

@@ -32,13 +32,18 @@ _SIGNATURES = (
     (b"\x1f\x8b", "gzip-compressed", None),
     (b"\x7fELF", "an executable", None),
 )
-# Bytes no text holds (controls other than tab, newlines, form feed and escape). A text
-# file may carry a few stray ones (they are dropped); random binary bytes are one in ten of
-# them, a binary format's usually more.
-_NOT_TEXT = bytes([*range(0, 9), 11, *range(14, 27), *range(28, 32)])
+# Bytes no text holds: controls other than tab, the line breaks (LF, VT: FileMaker's line
+# break in a field, FF, CR), SUB (DOS's end-of-file padding) and ESC (terminal colours). A
+# text file may carry a few stray ones (they are dropped); random binary bytes are one in
+# ten of them, a binary format's usually more.
+_NOT_TEXT = bytes([*range(0, 9), *range(14, 26), *range(28, 32)])
 _SAMPLE_BYTES = 8192
 _MOST_NOT_TEXT = 0.05
 _STRAY_NOT_TEXT = 8
+# Text in UTF-16 or UTF-32 without a byte-order mark: its NULs are the high bytes of its
+# characters, so they hold one place of every two (or four). Decoded by detection.
+_LITTLE_ENDIAN = ("utf-16-le", "utf-32-le")
+_BIG_ENDIAN = ("utf-16-be", "utf-32-be")
 
 
 def read_text_bytes(path: Path) -> bytes:
@@ -53,25 +58,60 @@ def read_text_bytes(path: Path) -> bytes:
 
 
 def refuse_binary(data: bytes) -> None:
-    """ExtractionError if ``data`` is a binary format's (by its first bytes) or mostly
-    bytes that text never holds; text with a byte-order mark (UTF-16, UTF-32) is text."""
+    """ExtractionError if ``data`` begins as a binary format does, or if more than 5% of its
+    first 8 KiB are bytes no text holds; text in UTF-16 or UTF-32 (with a byte-order mark
+    or without) is text. Only the start is looked at: a binary format says what it is
+    there, and the look costs the same for any size."""
     if any(data.startswith(bom) for bom, _ in BOMS):
         return
     for signature, what, file_type in _SIGNATURES:
         if data.startswith(signature):
-            upload = f"; upload it with fileType {file_type!r}" if file_type else ""
-            raise ExtractionError(f"not a text file: its bytes are {what}{upload}")
+            raise ExtractionError(_not_text(what, file_type))
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        raise ExtractionError(_not_text("a WEBP image", "webp"))
     sample = data[:_SAMPLE_BYTES]
     not_text = len(sample) - len(sample.translate(None, _NOT_TEXT))
-    if not_text > max(_STRAY_NOT_TEXT, _MOST_NOT_TEXT * len(sample)):
+    if not_text > max(_STRAY_NOT_TEXT, _MOST_NOT_TEXT * len(sample)) and not _wide_codec(sample):
         raise ExtractionError("not a text file: its bytes are binary, not characters")
 
 
+def _not_text(what: str, file_type: str | None) -> str:
+    upload = f"; upload it with fileType {file_type!r}" if file_type else ""
+    return f"not a text file: its bytes are {what}{upload}"
+
+
+def _wide_codec(sample: bytes) -> str | None:
+    """The UTF-16 or UTF-32 codec ``sample`` (with no BOM) decodes in to text with no
+    control characters but line breaks and tabs, if any: the NULs of such text are the
+    high bytes of its characters, half its bytes or more."""
+    # A stray NUL in 8-bit text must not make it read as UTF-16 (every pair of its bytes a
+    # CJK character): wide text of mostly ASCII or Latin letters is a NUL in every two
+    # bytes or more. (Wide text of other scripts has few NULs: detection reads it.)
+    if sample.count(0) < max(_STRAY_NOT_TEXT, len(sample) // 10):
+        return None
+    # The high bytes come second in little-endian text (NULs at odd places), first in
+    # big-endian: either order decodes without an error, but only one gives the letters.
+    odd_first = sample[1::2].count(0) > sample[0::2].count(0)
+    for codec in _LITTLE_ENDIAN + _BIG_ENDIAN if odd_first else _BIG_ENDIAN + _LITTLE_ENDIAN:
+        width = 4 if "32" in codec else 2
+        try:
+            text = sample[: len(sample) - len(sample) % width].decode(codec)
+        except UnicodeDecodeError:
+            continue
+        if text and not any(char < " " and char not in "\t\n\r\f\v" for char in text):
+            return codec
+    return None
+
+
 def decode_text(data: bytes) -> str:
-    """Decode text of unknown encoding: BOM, then UTF-8, then cp1252, then detection."""
+    """Decode text of unknown encoding: BOM, then UTF-16/32 by their NULs, then UTF-8, then
+    cp1252, then detection."""
     for bom, encoding in BOMS:
         if data.startswith(bom):
             return data.decode(encoding, errors="replace")
+    wide = _wide_codec(data[:_SAMPLE_BYTES])
+    if wide is not None:
+        return data.decode(wide, errors="replace")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
