@@ -190,27 +190,43 @@ class RunSecrets:
 
 
 def _spellings(value: str) -> set[str]:
-    """A value as it may come back: as is, JSON-escaped, percent-encoded, and each of those
-    escaped once more (an echo service answers with the JSON body it was sent as a JSON
-    string, httpbin's ``data``; a query string may carry a JSON text)."""
-    found = {value}
-    for _ in range(2):
-        found |= {escaped for spelling in found for escaped in _escaped_once(spelling)}
+    """A value as it may come back from outside: as is; JSON-escaped (ASCII or not, with
+    PHP's escaped ``/``, Go's escaped ``& < >``); percent-encoded (with ``/`` escaped or
+    kept, upper- or lower-case hex, a form's ``+``); and a JSON text holding it escaped
+    again (an echo service answering with the JSON body it was sent as a JSON string, as
+    httpbin's ``data``; a JSON text in a query string)."""
+    found = {value, *_json_spellings(value), *_percent_spellings(value)}
+    # Escaped twice: only the plain JSON spellings, escaped again the plain ways (each more
+    # spelling costs every redaction and every part of a model's stream a look).
+    for spelling in _plain_json(value):
+        found |= {*_plain_json(spelling), quote(spelling, safe=""), quote(spelling)}
+        found.add(quote_plus(spelling))
     found.discard("")
     return found
 
 
-def _escaped_once(value: str) -> tuple[str, ...]:
-    """One escaping of ``value`` each way: JSON (ASCII or not), percent-encoding (with or
-    without ``/`` kept, as ``quote`` keeps it by default), and a form's ``+`` for spaces."""
-    return (
-        json.dumps(value)[1:-1],
-        json.dumps(value, ensure_ascii=False)[1:-1],
-        quote(value, safe=""),
-        quote(value),
-        quote_plus(value, safe=""),
-        quote_plus(value),
-    )
+def _plain_json(value: str) -> set[str]:
+    """``value`` inside a JSON string as Python writes it, ASCII-only or not."""
+    return {json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
+
+
+def _json_spellings(value: str) -> set[str]:
+    """``value`` inside a JSON string, as common encoders write it."""
+    found = _plain_json(value)
+    found |= {spelling.replace("/", "\\/") for spelling in found}  # PHP's json_encode
+    found.add(json.dumps(value)[1:-1].translate(_GO_HTML_SAFE))  # Go's encoding/json
+    return found
+
+
+def _percent_spellings(value: str) -> set[str]:
+    """``value`` percent-encoded, as URL and form encoders write it."""
+    found = {quote(value, safe=""), quote(value), quote_plus(value)}
+    found |= {_LOWER_HEX.sub(lambda m: m.group(0).lower(), spelling) for spelling in found}
+    return found
+
+
+_GO_HTML_SAFE = str.maketrans({"&": "\\u0026", "<": "\\u003c", ">": "\\u003e"})
+_LOWER_HEX = re.compile("%[0-9A-F]{2}")
 
 
 def references(field: Any) -> frozenset[str] | None:
