@@ -27,6 +27,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # nginx's "client closed request": the request was cancelled before it was answered (its
 # client went away), so nothing was sent; counted as such rather than as a server error.
 CLIENT_CLOSED_REQUEST = 499
+SHUT_DOWN = 503  # cancelled by the server's shutdown, its client still there
 
 
 def api_middleware(metrics: HttpMetrics) -> Middleware:
@@ -43,16 +44,19 @@ def api_middleware(metrics: HttpMetrics) -> Middleware:
                 if needs_api_key(request.path):
                     await authorize(request)
                 response = await handler(request)
-            except web.HTTPException as err:
-                if err.status < 400:  # a redirect is raised, not an error: aiohttp answers it
+            except asyncio.CancelledError:
+                # Its client went away (aiohttp cancels the handler), or the server is
+                # shutting down while the client waits.
+                transport = request.transport
+                gone = transport is None or transport.is_closing()
+                status = CLIENT_CLOSED_REQUEST if gone else SHUT_DOWN
+                raise
+            except Exception as err:
+                if isinstance(err, web.HTTPException) and err.status < 400:
+                    # A redirect is raised, not an error: aiohttp answers it.
                     status = err.status
                     err.headers["X-Request-Id"] = request_id
                     raise
-                response = render_error(request, err)
-            except asyncio.CancelledError:
-                status = CLIENT_CLOSED_REQUEST
-                raise
-            except Exception as err:
                 response = render_error(request, err)
             status = response.status
             response.headers["X-Request-Id"] = request_id
