@@ -31,13 +31,12 @@ async def create_webhook(
     """
     target = await find_run_target(project_id, workflow_id, None, reads)
     check_event(target.definition, event)
-    workflow = await get_workflow(project_id, target.workflow_id)
     webhook_id = new_id()
     secret = new_secret(scheme)
     webhook = await Webhook.create(
         id=webhook_id,
         project_id=project_id,
-        workflow=workflow,
+        workflow_id=target.workflow_id,
         scheme=scheme,
         event=event,
         secret=secret_box().seal(secret, webhook_bound_to(webhook_id)),
