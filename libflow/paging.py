@@ -7,10 +7,18 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
 from datetime import datetime
+from typing import Any, TypeVar
+
+from tortoise.expressions import Q
+from tortoise.models import Model
+from tortoise.queryset import QuerySet
 
 from libflow.errors import ValidationFailed
 from libflow.ids import possible_id
+
+M = TypeVar("M", bound=Model)
 
 
 def encode_cursor(moment: datetime, record_id: str) -> str:
@@ -35,3 +43,24 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
             "cursor is not one this API returned",
             details=[{"field": "cursor", "problem": "malformed"}],
         ) from err
+
+
+def after_cursor(query: QuerySet[M], cursor: str, moment_field: str) -> QuerySet[M]:
+    """``query`` (newest first by ``moment_field``, then by id) from just after the row the
+    cursor names; VALIDATION_ERROR for a cursor this API did not write."""
+    moment, last_id = decode_cursor(cursor)
+    up_to: dict[str, Any] = {f"{moment_field}__lte": moment}
+    before: dict[str, Any] = {f"{moment_field}__lt": moment}
+    # The first bound lets the index seek to the cursor; the second breaks ties.
+    return query.filter(Q(**up_to), Q(**before) | Q(id__lt=last_id))
+
+
+def page_and_cursor(
+    found: list[M], limit: int, moment_of: Callable[[M], datetime]
+) -> tuple[list[M], str | None]:
+    """The first ``limit`` of ``found`` (read with one more), and the next page's cursor
+    when there is more."""
+    if len(found) > limit:
+        last = found[limit - 1]
+        return found[:limit], encode_cursor(moment_of(last), str(last.pk))
+    return found, None

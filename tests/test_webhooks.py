@@ -371,7 +371,8 @@ async def test_deliveries_are_listed_newest_first_with_a_limit(api: Api) -> None
     await assert_error(bad, 400, "VALIDATION_ERROR")
 
 
-async def test_every_delivery_is_reached_by_following_the_link_header(api: Api) -> None:
+async def test_every_delivery_is_reached_by_following_the_link_header(shaped_api: Api) -> None:
+    api = shaped_api
     created = await create_webhook(api)
     for n in range(5):
         body = event_body(n=n)

@@ -18,7 +18,6 @@ from typing import Any
 
 from tortoise.backends.base.client import BaseDBAsyncClient
 from tortoise.exceptions import IntegrityError
-from tortoise.expressions import Q
 
 from libflow import json_text
 from libflow.db.fast_reads import FastReads
@@ -29,7 +28,7 @@ from libflow.errors import NotFound
 from libflow.ids import utcnow
 from libflow.jobs import Job, JobQueue, wake_job
 from libflow.models import DeliveryStatus, WebhookDelivery, WorkflowRun
-from libflow.paging import decode_cursor, encode_cursor
+from libflow.paging import after_cursor, page_and_cursor
 from libflow.webhooks.manage import get_webhook, verifying_secrets
 from libflow.webhooks.signatures import SIGNATURE_HEADERS, TOLERANCE_SECONDS, verify
 
@@ -204,20 +203,13 @@ async def list_deliveries(
     webhook = await get_webhook(project_id, webhook_id)
     query = WebhookDelivery.filter(webhook_id=webhook.id)
     if cursor:
-        received, last_id = decode_cursor(cursor)
-        # The first bound lets the index seek to the cursor; the second breaks ties.
-        query = query.filter(
-            Q(received_at__lte=received), Q(received_at__lt=received) | Q(id__lt=last_id)
-        )
+        query = after_cursor(query, cursor, "received_at")
     found = (
         await query.order_by("-received_at", "-id")
         .limit(limit + 1)
         .only(*LISTED_DELIVERY_FIELDS)  # never the bodies: up to 1 MiB each
     )
-    if len(found) > limit:
-        last = found[limit - 1]
-        return found[:limit], encode_cursor(last.received_at, last.id)
-    return found, None
+    return page_and_cursor(found, limit, lambda delivery: delivery.received_at)
 
 
 async def wake_delivery_job(jobs: JobQueue) -> bool:

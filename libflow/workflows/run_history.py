@@ -10,12 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from tortoise.expressions import Q
-
 from libflow.errors import NotFound
 from libflow.ids import possible_id
 from libflow.models import WorkflowRun
-from libflow.paging import decode_cursor, encode_cursor
+from libflow.paging import after_cursor, page_and_cursor
 from libflow.workflows.versions import get_workflow
 
 RUN_STATUSES = ("queued", "running", "succeeded", "failed", "timed_out", "cancelled")
@@ -65,13 +63,6 @@ async def list_runs(
     if runs.started_before is not None:
         query = query.filter(started_at__lt=runs.started_before)
     if cursor:
-        started, last_id = decode_cursor(cursor)
-        # The first bound lets the index seek to the cursor; the second breaks ties.
-        query = query.filter(
-            Q(started_at__lte=started), Q(started_at__lt=started) | Q(id__lt=last_id)
-        )
+        query = after_cursor(query, cursor, "started_at")
     found = await query.order_by("-started_at", "-id").limit(limit + 1)
-    if len(found) > limit:
-        last = found[limit - 1]
-        return found[:limit], encode_cursor(last.started_at, last.id)
-    return found, None
+    return page_and_cursor(found, limit, lambda run: run.started_at)

@@ -10,7 +10,13 @@ from functools import cache
 from typing import Any
 
 from libflow import __version__
-from libflow.api.bodies import Body, CreateFileBody, CreateFolderBody, FinalizeBody
+from libflow.api.bodies import (
+    MAX_QUERY_CHARS,
+    Body,
+    CreateFileBody,
+    CreateFolderBody,
+    FinalizeBody,
+)
 from libflow.api.openapi.common import (
     AUTH_ERRORS,
     DATE,
@@ -48,6 +54,7 @@ from libflow.api.openapi.webhooks import WEBHOOK_BODIES, WEBHOOK_SCHEMAS, webhoo
 from libflow.api.openapi.words import describe, tagged
 from libflow.api.openapi.workflows import WORKFLOW_BODIES, WORKFLOW_SCHEMAS, workflow_operations
 from libflow.errors import STATUS_BY_CODE
+from libflow.library.search import SearchMode
 
 LIB = f"{PROJECT}/library"
 LIBRARY_BODIES: tuple[type[Body], ...] = (CreateFolderBody, CreateFileBody, FinalizeBody)
@@ -244,7 +251,11 @@ def _operations() -> dict[str, dict[str, Any]]:
                         "name": "q",
                         "in": "query",
                         "required": True,
-                        "schema": {"type": "string", "minLength": 1, "maxLength": 2000},
+                        "schema": {
+                            "type": "string",
+                            "minLength": 1,
+                            "maxLength": MAX_QUERY_CHARS,
+                        },
                     },
                     limit_param(100),
                     {"name": "dir", "in": "query", "required": False, "schema": STR},
@@ -255,8 +266,8 @@ def _operations() -> dict[str, dict[str, Any]]:
                         "description": "Which rankings to run (as POST search's `mode`).",
                         "schema": {
                             "type": "string",
-                            "enum": ["hybrid", "keyword", "semantic"],
-                            "default": "hybrid",
+                            "enum": [mode.value for mode in SearchMode],
+                            "default": SearchMode.HYBRID.value,
                         },
                     },
                 ],
