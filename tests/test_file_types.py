@@ -76,7 +76,7 @@ async def test_an_html_page_is_found_by_its_text_and_never_by_its_scripts(shaped
     assert record["processing"]["status"] == "done", record
     [hit] = await search(api, "copper heron jetty")
     assert hit["fileId"] == record["id"]
-    assert hit["chunk"] == "Harbour almanac Tides The copper heron waits by the jetty."
+    assert hit["chunk"] == "Harbour almanac\nTides\nThe copper heron waits by the jetty."
     assert await keyword_search(api, "pumpernickel") == []
     assert await keyword_search(api, "styleonlykeyword") == []
 
@@ -90,7 +90,7 @@ async def test_an_xlsx_is_found_on_the_sheet_that_holds_the_phrase(shaped_api: A
 
     [inventory] = await search(api, "ochre kettle")
     assert (inventory["fileId"], inventory["page"]) == (record["id"], "Inventory")
-    assert inventory["chunk"] == "Item | Count ochre kettle | 12"
+    assert inventory["chunk"] == "Item | Count\nochre kettle | 12"  # a line a row
     [suppliers] = await search(api, "Marigold Trading")
     assert suppliers["page"] == "Suppliers"
     assert "Tromsø" in suppliers["chunk"]
