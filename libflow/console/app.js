@@ -1,7 +1,7 @@
 // The console's shell: sign-in, the views' navigation, and a hash router (#/view/id?query).
 
 import { ApiError, json, session } from "./api.js";
-import { announce, errorBox, field, h, replace } from "./ui.js";
+import { announce, clearErrorToasts, errorBox, field, h, replace } from "./ui.js";
 import * as files from "./views/files.js";
 import * as runs from "./views/runs.js";
 import * as search from "./views/search.js";
@@ -29,6 +29,7 @@ function showChrome(signedIn) {
 async function route() {
   current?.abort();
   current = new AbortController();
+  clearErrorToasts();
   if (!session.signedIn) {
     showChrome(false);
     return signIn();

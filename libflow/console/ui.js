@@ -115,9 +115,15 @@ export function errorBox(error) {
 // A short message for everyone: shown, and read out by the live region it is written to.
 export function announce(message, kind = "info") {
   const toasts = document.getElementById("toasts");
-  const toast = h("p", { class: `toast toast-${kind}` }, message);
+  // A click takes it away: it may cover the buttons of the rows under it.
+  const toast = h("p", { class: `toast toast-${kind}`, title: "Click to dismiss", onclick: () => toast.remove() }, message);
   toasts.append(toast);
   setTimeout(() => toast.remove(), kind === "error" ? 10000 : 5000);
+}
+
+// An error said on one view is about that view: it does not follow to the next one.
+export function clearErrorToasts() {
+  for (const toast of document.querySelectorAll("#toasts .toast-error")) toast.remove();
 }
 
 export function copyButton(text, label = "Copy") {

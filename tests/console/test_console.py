@@ -211,6 +211,23 @@ def test_a_file_without_an_extension_is_not_uploaded_and_says_why(
     assert "README" not in names
 
 
+def test_an_error_toast_is_dismissed_by_a_click_and_left_behind_by_a_new_view(
+    page: Page, console: Console
+) -> None:
+    sign_in(page, console)
+    toasts = page.locator("#toasts .toast-error")
+    drop_files(page, ".dropzone", {"NOTES": (b"no extension", "")})
+    expect(toasts).to_have_count(1)
+    toasts.first.click()
+    expect(toasts).to_have_count(0)
+
+    drop_files(page, ".dropzone", {"LICENSE": (b"no extension", "")})
+    expect(toasts).to_have_count(1)
+    page.get_by_role("link", name="Search").click()
+    expect(page.get_by_role("heading", name="Search")).to_be_visible()
+    expect(toasts).to_have_count(0)
+
+
 def test_a_files_type_is_the_one_it_was_uploaded_as_whatever_its_name(
     page: Page, console: Console
 ) -> None:
