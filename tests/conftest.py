@@ -24,6 +24,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, unused_port
 from redis.asyncio import Redis
 from tortoise.backends.base.executor import EXECUTOR_CACHE
+from yarl import URL
 
 from libflow.app import create_app
 from libflow.event_loop import loop_factory
@@ -477,6 +478,20 @@ async def search_api(start_app: ClientFactory, search_shape: Shape) -> Api:
     client = await start_app(search_shape.settings)
     project_id, secret = await new_project()
     return Api(client, search_shape, project_id, secret)
+
+
+async def linked_pages(api: Api, path_qs: str) -> list[list[Any]]:
+    """Every page of a list, from ``path_qs`` on, following ``Link: <...>; rel="next"``."""
+    pages: list[list[Any]] = []
+    while True:
+        response = await api.client.get(path_qs, headers=api.headers)
+        assert response.status == 200, await response.text()
+        pages.append(await response.json())
+        link = response.headers.get("Link")
+        if link is None:
+            return pages
+        assert link.endswith('>; rel="next"')
+        path_qs = URL(link[1 : link.index(">")]).path_qs
 
 
 async def wait_until_processed(api: Api, file_id: str, timeout: float = 30) -> dict[str, Any]:

@@ -6,8 +6,6 @@ import base64
 from pathlib import Path
 from typing import Any
 
-from yarl import URL
-
 from libflow import appkeys
 from libflow.models import Chunk, LibraryFile
 from tests.conftest import (
@@ -15,6 +13,7 @@ from tests.conftest import (
     ClientFactory,
     Shape,
     base_settings,
+    linked_pages,
     new_project,
     put_bytes,
     wait_until_processed,
@@ -46,18 +45,8 @@ async def test_passages_come_in_file_order_page_by_page(shaped_api: Api) -> None
         assert isinstance(passage["tokens"], int)
         assert passage["tokens"] > 0
 
-    pages: list[dict[str, Any]] = []
-    response = await shaped_api.call("GET", f"/files/{file_id}/chunks", params={"limit": "2"})
-    while True:
-        assert response.status == 200, await response.text()
-        pages += await response.json()
-        link = response.headers.get("Link")
-        if link is None:
-            break
-        assert link.endswith('>; rel="next"')
-        url = URL(link[1 : link.index(">")])
-        response = await shaped_api.client.get(url.path_qs, headers=shaped_api.headers)
-    assert pages == whole
+    pages = await linked_pages(shaped_api, shaped_api.url(f"/files/{file_id}/chunks?limit=2"))
+    assert [passage for page in pages for passage in page] == whole
 
 
 async def test_a_page_holds_100_passages_unless_told(

@@ -17,7 +17,7 @@ from libflow.api.bodies import (
     query_limit,
 )
 from libflow.api.render import file_detail_json, file_json, folder_json
-from libflow.api.responses import json_response, link_next
+from libflow.api.responses import json_response, page_response
 from libflow.errors import ValidationFailed
 from libflow.ids import iso
 from libflow.json_text import UNSTORABLE_PROBLEM, holds_unstorable
@@ -106,10 +106,9 @@ async def list_files(request: web.Request) -> web.Response:
         limit=limit,
         cursor=request.query.get("cursor"),
     )
-    response = json_response([file_json(f) for f in page])
-    if next_cursor is not None:
-        link_next(request, response, limit=limit, cursor=next_cursor)
-    return response
+    return page_response(
+        request, [file_json(f) for f in page], limit=limit, next_cursor=next_cursor
+    )
 
 
 @routes.get(f"{PREFIX}/files/{{fileId}}")
@@ -145,10 +144,7 @@ async def list_chunks(request: web.Request) -> web.Response:
         limit=limit,
         cursor=request.query.get("cursor"),
     )
-    response = json_response(page)
-    if next_cursor is not None:
-        link_next(request, response, limit=limit, cursor=next_cursor)
-    return response
+    return page_response(request, page, limit=limit, next_cursor=next_cursor)
 
 
 @routes.post(f"{PREFIX}/files/{{fileId}}/reprocess")

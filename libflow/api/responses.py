@@ -29,10 +29,16 @@ def json_response(
     )
 
 
-def link_next(request: web.Request, response: web.Response, *, limit: int, cursor: str) -> None:
-    """The ``Link: <...>; rel="next"`` header of a page of a list whose next page starts at
-    ``cursor``: the request's other query parameters (its filters) are kept."""
-    query = {k: v for k, v in request.query.items() if k not in {"cursor", "limit"}}
-    query.update({"limit": str(limit), "cursor": cursor})
-    base = request.app[appkeys.SETTINGS].resolved_public_base_url
-    response.headers["Link"] = f'<{base}{request.path}?{urlencode(query)}>; rel="next"'
+def page_response(
+    request: web.Request, items: list[Any], *, limit: int, next_cursor: str | None
+) -> web.Response:
+    """One page of a list as its JSON answer; when another page follows, a
+    ``Link: <...>; rel="next"`` header names it, keeping the request's other query
+    parameters (its filters)."""
+    response = json_response(items)
+    if next_cursor is not None:
+        query = {k: v for k, v in request.query.items() if k not in {"cursor", "limit"}}
+        query.update({"limit": str(limit), "cursor": next_cursor})
+        base = request.app[appkeys.SETTINGS].resolved_public_base_url
+        response.headers["Link"] = f'<{base}{request.path}?{urlencode(query)}>; rel="next"'
+    return response

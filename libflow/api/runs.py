@@ -9,7 +9,7 @@ from aiohttp import web
 
 from libflow import appkeys
 from libflow.api.bodies import RunBody, parse_body, query_limit
-from libflow.api.responses import json_response, link_next
+from libflow.api.responses import json_response, page_response
 from libflow.api.sse import stream_events
 from libflow.errors import ValidationFailed
 from libflow.ids import iso, version_number
@@ -100,10 +100,9 @@ async def _page(request: web.Request, workflow_id: str | None) -> web.Response:
     page, next_cursor = await run_history.list_runs(
         _project(request), runs_filter, limit=limit, cursor=request.query.get("cursor")
     )
-    response = json_response([run_json(run) for run in page])
-    if next_cursor is not None:
-        link_next(request, response, limit=limit, cursor=next_cursor)
-    return response
+    return page_response(
+        request, [run_json(run) for run in page], limit=limit, next_cursor=next_cursor
+    )
 
 
 def _filter(request: web.Request, workflow_id: str | None) -> RunFilter:

@@ -8,7 +8,7 @@ from aiohttp import web
 
 from libflow import appkeys
 from libflow.api.bodies import CreateWebhookBody, parse_body, query_limit
-from libflow.api.responses import json_response, link_next
+from libflow.api.responses import json_response, page_response
 from libflow.api.runs import accepted
 from libflow.errors import PayloadTooLarge
 from libflow.ids import iso
@@ -114,10 +114,9 @@ async def list_deliveries(request: web.Request) -> web.Response:
         limit=limit,
         cursor=request.query.get("cursor"),
     )
-    response = json_response([delivery_json(d) for d in page])
-    if next_cursor is not None:
-        link_next(request, response, limit=limit, cursor=next_cursor)
-    return response
+    return page_response(
+        request, [delivery_json(d) for d in page], limit=limit, next_cursor=next_cursor
+    )
 
 
 @routes.post(f"{WEBHOOK}/deliveries/{{deliveryId}}/replay")
