@@ -259,6 +259,19 @@ async def test_small_text_of_random_bytes_is_prepared_in_process_and_the_server_
     assert record["processing"]["error"] is None
 
 
+async def test_random_bytes_as_text_fail_as_binary_and_the_server_stays_well(
+    api: Api,
+) -> None:
+    # Raw noise at the in-process size limit: refused from its first 8 KiB, never decoded.
+    noise = random.Random(7).randbytes(isolation.IN_PROCESS_BYTES)
+
+    async with healthz_stays_responsive(api.client):
+        record = await process(api, noise, "noise.txt")
+
+    assert record["processing"]["status"] == "failed", record
+    assert record["processing"]["error"] == "not a text file: its bytes are binary, not characters"
+
+
 async def test_a_parse_over_the_memory_budget_ends_only_its_child(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -41,7 +41,7 @@ _SAMPLE_BYTES = 8192
 _MOST_NOT_TEXT = 0.05
 _STRAY_NOT_TEXT = 8
 # Text in UTF-16 or UTF-32 without a byte-order mark: its NULs are the high bytes of its
-# characters, so they hold one place of every two (or four). Decoded by detection.
+# characters, so they hold one place of every two (or four). Recognised by _wide_codec.
 _LITTLE_ENDIAN = ("utf-16-le", "utf-32-le")
 _BIG_ENDIAN = ("utf-16-be", "utf-32-be")
 
