@@ -26,6 +26,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "NODE_FAILED": 500,
     "RUN_TIMEOUT": 504,
     "RUN_FINISHED": 409,
+    "FOLDER_NOT_EMPTY": 409,
     "RATE_LIMITED": 429,
     "UNAVAILABLE": 503,
     "INTERNAL": 500,
@@ -120,6 +121,12 @@ class MethodNotAllowed(LibflowError):
     """The route exists but not with this method."""
 
     code = "METHOD_NOT_ALLOWED"
+
+
+class FolderNotEmpty(LibflowError):
+    """The folder holds files or folders: it cannot be removed."""
+
+    code = "FOLDER_NOT_EMPTY"
 
 
 class RunFinished(LibflowError):

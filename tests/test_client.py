@@ -57,6 +57,19 @@ async def test_uploads_bytes_into_a_folder_and_pages_through_the_files(
     assert paged == ["f2.txt", "f1.txt", "f0.txt"]
 
 
+async def test_renames_moves_and_deletes_a_folder(libflow: LibflowClient) -> None:
+    year = await libflow.library.create_folder("2026")
+    folder = await libflow.library.create_folder("reprots")
+    renamed = await libflow.library.update_folder(folder["id"], name="reports", parent=year["id"])
+    assert (renamed["name"], renamed["parent"]) == ("reports", year["id"])
+    assert await libflow.library.folder(folder["id"]) == renamed
+    with pytest.raises(ApiError) as refused:
+        await libflow.library.delete_folder(year["id"])
+    assert (refused.value.status, refused.value.code) == (409, "FOLDER_NOT_EMPTY")
+    await libflow.library.delete_folder(folder["id"])
+    assert [f["id"] for f in await libflow.library.folders()] == [year["id"]]
+
+
 async def test_searches_and_deletes_a_file(libflow: LibflowClient) -> None:
     record = await libflow.library.upload(fixture_bytes("report.pdf"), name="report.pdf")
     await libflow.library.wait_processed(record["id"])

@@ -50,6 +50,13 @@ class CreateFolderBody(Body):
     parent: Id = "root"
 
 
+class UpdateFolderBody(Body):
+    """``PATCH .../library/dirs/:dirId``: what is given changes (``parent``: root or a folder)."""
+
+    name: Name | None = None
+    parent: Id | None = None
+
+
 # A file's metadata and search filters on it: checked by libflow.library.metadata's rules.
 MetadataKey = Annotated[str, StringConstraints(pattern=METADATA_KEY)]
 _METADATA_VALUE_SCHEMA: dict[str, Any] = {

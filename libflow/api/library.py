@@ -13,6 +13,7 @@ from libflow.api.bodies import (
     FinalizeBody,
     SearchBody,
     UpdateFileBody,
+    UpdateFolderBody,
     parse_body,
     query_limit,
 )
@@ -47,6 +48,30 @@ async def create_folder(request: web.Request) -> web.Response:
     body = await parse_body(request, CreateFolderBody)
     folder = await folders.create_folder(_project(request), body.name, body.parent)
     return json_response(folder_json(folder), status=201)
+
+
+@routes.get(f"{PREFIX}/dirs/{{dirId}}")
+async def get_folder(request: web.Request) -> web.Response:
+    """One folder."""
+    folder = await folders.get_folder(_project(request), request.match_info["dirId"])
+    return json_response(folder_json(folder))
+
+
+@routes.patch(f"{PREFIX}/dirs/{{dirId}}")
+async def update_folder(request: web.Request) -> web.Response:
+    """Rename a folder, or move it under root or another folder."""
+    body = await parse_body(request, UpdateFolderBody)
+    folder = await folders.update_folder(
+        _project(request), request.match_info["dirId"], name=body.name, parent_id=body.parent
+    )
+    return json_response(folder_json(folder))
+
+
+@routes.delete(f"{PREFIX}/dirs/{{dirId}}")
+async def delete_folder(request: web.Request) -> web.Response:
+    """Remove an empty folder."""
+    await folders.delete_folder(_project(request), request.match_info["dirId"])
+    return web.Response(status=204)
 
 
 @routes.post(f"{PREFIX}/files")

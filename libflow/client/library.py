@@ -48,6 +48,22 @@ class Library:
         )
         return cast(Folder, answer.body)
 
+    async def folder(self, folder_id: str) -> Folder:
+        """One folder."""
+        return cast(Folder, (await self._t.call("GET", self._url(f"/dirs/{folder_id}"))).body)
+
+    async def update_folder(
+        self, folder_id: str, *, name: str | None = None, parent: str | None = None
+    ) -> Folder:
+        """Rename a folder, or move it under ``parent`` (a folder id or "root")."""
+        body = {k: v for k, v in (("name", name), ("parent", parent)) if v is not None}
+        answer = await self._t.call("PATCH", self._url(f"/dirs/{folder_id}"), json=body)
+        return cast(Folder, answer.body)
+
+    async def delete_folder(self, folder_id: str) -> None:
+        """Remove an empty folder (one holding files or folders: FOLDER_NOT_EMPTY)."""
+        await self._t.call("DELETE", self._url(f"/dirs/{folder_id}"))
+
     # Files
 
     async def create_file(

@@ -28,7 +28,7 @@ from libflow.library.filetypes import (
     normalize_file_type,
     same_content_type,
 )
-from libflow.library.folders import find_folder
+from libflow.library.folders import find_folder, into_folder
 from libflow.library.processing.budgets import MAX_FILE_TEXT_CHARS
 from libflow.library.processing.pipeline import processing_lane
 from libflow.library.processing.stored_text import read_stored_text, text_from_passages
@@ -63,18 +63,19 @@ async def create_file_record(
     key = document_key(project_id, file_id, file_type)
     mime_type = MIME_TYPES[file_type]
     upload_url = await storage.upload_url(storage.upload_key(key), mime_type, url_ttl)
-    file = await LibraryFile.create(
-        id=file_id,
-        project_id=project_id,
-        folder=folder,
-        name=name,
-        file_type=file_type,
-        mime_type=mime_type,
-        storage_key=key,
-        uploader_name=uploader_name,
-        uploader_email=uploader_email,
-        metadata=dict(metadata or {}),
-    )
+    async with into_folder(folder_id):
+        file = await LibraryFile.create(
+            id=file_id,
+            project_id=project_id,
+            folder=folder,
+            name=name,
+            file_type=file_type,
+            mime_type=mime_type,
+            storage_key=key,
+            uploader_name=uploader_name,
+            uploader_email=uploader_email,
+            metadata=dict(metadata or {}),
+        )
     return file, upload_url
 
 

@@ -1,10 +1,23 @@
-"""Folders of a project's library."""
+"""Folders of a project's library: made, listed, renamed, moved and removed.
+
+A folder's files and subfolders refer to it (foreign keys that restrict its deletion), so
+the database itself refuses to remove a folder something was put into meanwhile, and a
+file or folder cannot be put into one removed meanwhile. Moving a folder changes only its
+own row: its files keep their folder, and the search index's copy of it, as they were.
+"""
 
 from __future__ import annotations
 
-from libflow.errors import NotFound
-from libflow.ids import possible_id
-from libflow.models import Folder
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from tortoise.backends.base.client import BaseDBAsyncClient
+from tortoise.exceptions import IntegrityError
+from tortoise.transactions import in_transaction
+
+from libflow.errors import FolderNotEmpty, NotFound, ValidationFailed
+from libflow.ids import possible_id, utcnow
+from libflow.models import Folder, LibraryFile, Project
 
 ROOT = "root"
 
@@ -14,19 +27,108 @@ async def list_folders(project_id: str) -> list[Folder]:
     return await Folder.filter(project_id=project_id).order_by("created_at", "id")
 
 
-async def find_folder(project_id: str, folder_id: str) -> Folder | None:
+async def find_folder(
+    project_id: str, folder_id: str, connection: BaseDBAsyncClient | None = None
+) -> Folder | None:
     """The folder ``folder_id`` of the project; None stands for root."""
     if folder_id == ROOT:
         return None
     folder = None
     if possible_id(folder_id):
-        folder = await Folder.get_or_none(id=folder_id, project_id=project_id)
+        folder = await Folder.get_or_none(id=folder_id, project_id=project_id, using_db=connection)
     if folder is None:
         raise NotFound(f"folder {folder_id!r} not found")
     return folder
 
 
+async def get_folder(project_id: str, folder_id: str) -> Folder:
+    """One folder of the project (root is not a folder record: NOT_FOUND)."""
+    folder = await find_folder(project_id, folder_id) if folder_id != ROOT else None
+    if folder is None:
+        raise NotFound(f"folder {folder_id!r} not found: root has no record of its own")
+    return folder
+
+
+@asynccontextmanager
+async def into_folder(folder_id: str) -> AsyncIterator[None]:
+    """Around a write that puts something into ``folder_id``: if the folder was removed
+    after it was found, the database refuses the row, and the caller hears NOT_FOUND."""
+    try:
+        yield
+    except IntegrityError as err:
+        raise NotFound(f"folder {folder_id!r} not found: it was removed meanwhile") from err
+
+
 async def create_folder(project_id: str, name: str, parent_id: str) -> Folder:
     """A folder under ``parent_id`` (``root`` or a folder of the same project)."""
     parent = await find_folder(project_id, parent_id)
-    return await Folder.create(project_id=project_id, name=name, parent=parent)
+    async with into_folder(parent_id):
+        return await Folder.create(project_id=project_id, name=name, parent=parent)
+
+
+async def update_folder(
+    project_id: str, folder_id: str, *, name: str | None = None, parent_id: str | None = None
+) -> Folder:
+    """Rename the folder, or move it under ``parent_id`` (root or another folder).
+
+    A folder cannot go into itself or any folder under it. Moves of one project take
+    turns (its row is locked), so two moves made at once cannot close a loop between them.
+    """
+    folder = await get_folder(project_id, folder_id)
+    changes: dict[str, object] = {}
+    if name is not None:
+        changes["name"] = name
+    async with in_transaction() as connection:
+        if parent_id is not None:
+            await Project.filter(id=project_id).using_db(connection).select_for_update()
+            parent = await find_folder(project_id, parent_id, connection)
+            if parent is not None:
+                await _refuse_loop(folder, parent, connection)
+            changes["parent_id"] = parent.id if parent else None
+        if not changes:
+            return folder
+        changes["updated_at"] = utcnow()
+        async with into_folder(parent_id or ROOT):
+            updated = await Folder.filter(id=folder.id).using_db(connection).update(**changes)
+    if not updated:
+        raise NotFound(f"folder {folder_id!r} not found")  # removed meanwhile
+    return await get_folder(project_id, folder.id)
+
+
+async def _refuse_loop(folder: Folder, parent: Folder, connection: BaseDBAsyncClient) -> None:
+    """VALIDATION_ERROR when ``parent`` is ``folder`` or lies under it."""
+    seen: set[str] = set()
+    current: Folder | None = parent
+    while current is not None and current.id not in seen:
+        if current.id == folder.id:
+            raise ValidationFailed(
+                "a folder cannot be moved into itself or into a folder under it",
+                details=[{"field": "parent", "problem": "is this folder or one under it"}],
+            )
+        seen.add(current.id)
+        current = (
+            await Folder.get_or_none(id=current.parent_id, using_db=connection)
+            if current.parent_id
+            else None
+        )
+
+
+async def delete_folder(project_id: str, folder_id: str) -> None:
+    """Remove an empty folder; one holding files or folders is FOLDER_NOT_EMPTY."""
+    folder = await get_folder(project_id, folder_id)
+    files = await LibraryFile.filter(folder_id=folder.id).count()
+    folders = await Folder.filter(parent_id=folder.id).count()
+    if files or folders:
+        raise _not_empty(folder_id, files, folders)
+    try:
+        await Folder.filter(id=folder.id).delete()
+    except IntegrityError as err:  # something was put into it since the counts
+        raise _not_empty(folder_id, None, None) from err
+
+
+def _not_empty(folder_id: str, files: int | None, folders: int | None) -> FolderNotEmpty:
+    holds = "files or folders" if files is None else f"{files} file(s) and {folders} folder(s)"
+    return FolderNotEmpty(
+        f"folder {folder_id!r} holds {holds}: move or delete them first",
+        details={"files": files, "folders": folders},
+    )

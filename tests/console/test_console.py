@@ -228,6 +228,29 @@ def test_an_error_toast_is_dismissed_by_a_click_and_left_behind_by_a_new_view(
     expect(toasts).to_have_count(0)
 
 
+def test_a_folder_is_renamed_and_deleted_only_when_empty(page: Page, console: Console) -> None:
+    folder = call(console, "POST", "/library/dirs", {"name": "Drafts"})
+    file_id = upload(console, "draft.txt", b"a first draft", "txt")
+    call(console, "PATCH", f"/library/files/{file_id}", {"dir": folder["id"]})
+    sign_in(page, console, f"#/files?dir={folder['id']}")
+
+    page.once("dialog", lambda dialog: dialog.accept("Final"))
+    page.get_by_role("button", name="Rename folder Drafts").click()
+    expect(page.get_by_text("Folder renamed to Final")).to_be_visible()
+    assert call(console, "GET", f"/library/dirs/{folder['id']}")["name"] == "Final"
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Delete folder Final").click()
+    expect(page.locator("#toasts .toast-error")).to_contain_text("FOLDER_NOT_EMPTY")
+
+    call(console, "PATCH", f"/library/files/{file_id}", {"dir": "root"})
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Delete folder Final").click()
+    expect(page.get_by_text("Folder Final deleted")).to_be_visible()
+    status, _ = http_json("GET", console.api(f"/library/dirs/{folder['id']}"), **console.headers)
+    assert status == 404
+
+
 def test_a_files_type_is_the_one_it_was_uploaded_as_whatever_its_name(
     page: Page, console: Console
 ) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from libflow.api.bodies import Body, SearchBody, UpdateFileBody
+from libflow.api.bodies import Body, SearchBody, UpdateFileBody, UpdateFolderBody
 from libflow.api.openapi.common import (
     AUTH_ERRORS,
     LINK_NEXT,
@@ -23,7 +23,7 @@ from libflow.api.openapi.common import (
 )
 
 LIB = f"{PROJECT}/library"
-LIBRARY_EDIT_BODIES: tuple[type[Body], ...] = (UpdateFileBody, SearchBody)
+LIBRARY_EDIT_BODIES: tuple[type[Body], ...] = (UpdateFileBody, UpdateFolderBody, SearchBody)
 _PAGE = {"type": ["integer", "string", "null"]}
 _METADATA = {
     "type": "object",
@@ -113,9 +113,42 @@ def search_post_operation() -> dict[str, Any]:
 
 
 def library_edit_operations() -> dict[str, dict[str, Any]]:
-    """The new library routes with paths of their own: passages and reprocessing."""
+    """The library routes with paths of their own: one folder, passages and reprocessing."""
     file = path_params("projectId", "fileId")
+    folder = path_params("projectId", "dirId")
     return {
+        f"{LIB}/dirs/{{dirId}}": {
+            "get": {
+                "summary": "Get one folder",
+                "parameters": folder,
+                "responses": {
+                    "200": json_response(ref("Folder"), "the folder"),
+                    **errors(*AUTH_ERRORS, 404),
+                },
+            },
+            "patch": {
+                "summary": "Rename a folder, or move it",
+                "description": "Fields left out stay as they are. `parent` is `root` or "
+                "another folder; a folder cannot go into itself or a folder under it (400). "
+                "Its files and subfolders go with it, and keep their ids.",
+                "parameters": folder,
+                "requestBody": body(UpdateFolderBody),
+                "responses": {
+                    "200": json_response(ref("Folder"), "the changed folder"),
+                    **errors(400, *AUTH_ERRORS, 404),
+                },
+            },
+            "delete": {
+                "summary": "Delete an empty folder",
+                "description": "A folder holding files or folders is 409 FOLDER_NOT_EMPTY "
+                "(`details` counts them): move or delete them first.",
+                "parameters": folder,
+                "responses": {
+                    "204": {"description": "deleted"},
+                    **errors(*AUTH_ERRORS, 404, 409),
+                },
+            },
+        },
         f"{LIB}/files/{{fileId}}/chunks": {
             "get": {
                 "summary": "The file's passages as indexed, in file order",

@@ -217,6 +217,13 @@ SCHEMA_WORDS: Final[dict[str, tuple[str, dict[str, str]]]] = {
             "parent": "The id of the folder to put it in (default `root`, the top).",
         },
     ),
+    "UpdateFolderBody": (
+        "What to change of a folder; fields left out stay as they are.",
+        {
+            "name": "A new name.",
+            "parent": "The id of the folder to move it into (`root`: the top).",
+        },
+    ),
     "CreateFileBody": (
         "A new file record, before its bytes are uploaded.",
         {

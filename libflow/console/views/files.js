@@ -96,9 +96,37 @@ export async function render(root, { id, query, signal }) {
   }
 
   replace(root,
-    viewHeader("Files", h("div", { class: "toolbar" }, field("Folder", folderSelect), newFolderForm(folder))),
+    viewHeader("Files", h("div", { class: "toolbar" }, field("Folder", folderSelect),
+      ...folderActions(folders.find((f) => f.id === folder)), newFolderForm(folder))),
     drop, uploads, list, more);
   await loadPage("/library/files");
+}
+
+// Rename and delete for the folder shown (none for "All folders" and root).
+function folderActions(current) {
+  if (!current) return [];
+  const path = `/library/dirs/${encodeURIComponent(current.id)}`;
+  return [
+    h("button", {
+      type: "button", class: "small", "aria-label": `Rename folder ${current.name}`,
+      onclick: (e) => busy(e.currentTarget, async () => {
+        const name = window.prompt(`Rename the folder ${current.name} to:`, current.name);
+        if (name === null || name.trim() === "" || name.trim() === current.name) return;
+        const renamed = await json("PATCH", path, { body: { name } });
+        announce(`Folder renamed to ${renamed.name}`);
+        window.dispatchEvent(new HashChangeEvent("hashchange"));
+      }),
+    }, "Rename folder"),
+    h("button", {
+      type: "button", class: "small danger", "aria-label": `Delete folder ${current.name}`,
+      onclick: (e) => busy(e.currentTarget, async () => {
+        if (!window.confirm(`Delete the folder ${current.name}? Only an empty folder can go.`)) return;
+        await request("DELETE", path);
+        announce(`Folder ${current.name} deleted`);
+        location.hash = current.parent === "root" ? "#/files?dir=root" : `#/files?dir=${encodeURIComponent(current.parent)}`;
+      }),
+    }, "Delete folder"),
+  ];
 }
 
 function newFolderForm(parent) {
