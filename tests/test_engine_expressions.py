@@ -127,7 +127,7 @@ async def test_text_built_by_a_runs_renders_is_charged_to_the_run() -> None:
         ("{{ ['a', 1, [2]] | join('-') }}", "a-1-[2]"),
         ("{{ {'b': '<'} | tojson }}", '{"b": "\\u003c"}'),
         ("{{ [1, 'x'] | string }}", "[1, 'x']"),
-        ("{{ 'x' ~ [1] ~ none }}", "x[1]None"),
+        ("{{ 'x' ~ [1] ~ none }}", "x[1]null"),  # ~ spells data as an output does: JSON
         ("{{ '<&>' | escape }}", "&lt;&amp;&gt;"),
         ("{{ 'a b' | urlencode }}", "a%20b"),
         ("{{ 'x' | center(5) }}", "  x  "),
@@ -168,3 +168,17 @@ def test_a_small_value_sharing_one_list_many_times_is_estimated_by_its_text() ->
     value = [shared] * 1000  # 1,000,000 strings as text, three lists in memory
     with pytest.raises(ExpressionError, match="over the limit"):
         text_size(value, mode="str", limit=10**6, what="the value")
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("Passages: {{ hits }}", 'Passages: [{"name": "a.txt", "page": null, "ok": true}]'),
+        ("{{ flag }} and {{ nothing }}", "true and null"),
+        ("{{ 'é' ~ hits[0] }}", 'é{"name": "a.txt", "page": null, "ok": true}'),
+        ("{{ 1.5 }} {{ 'text' }}", "1.5 text"),
+    ],
+)
+def test_data_inside_text_reads_as_json_not_as_python(source: str, expected: str) -> None:
+    context = {"hits": [{"name": "a.txt", "page": None, "ok": True}], "flag": True, "nothing": None}
+    assert render(source, context) == expected

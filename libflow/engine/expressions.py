@@ -31,7 +31,7 @@ from libflow.engine.render_budget import (
     tick,
 )
 from libflow.engine.sandbox import ExpressionSandbox, guard_template
-from libflow.engine.value_size import text_size
+from libflow.engine.value_size import text_mode, text_size, value_text
 
 MAX_NATIVE_BYTES = 8 * 1024 * 1024  # a native value, measured as JSON would be
 # A looked-up value is copied inline (on the event loop) only while this small, as JSON.
@@ -193,8 +193,8 @@ def _render_lookups(
                 return _MISSING
             tick()
             if not isinstance(value, str):  # as _finalize does
-                text_size(value, mode="str", limit=MAX_TEXT_CHARS, what="an output")
-            text = value if isinstance(value, str) else str(value)
+                text_size(value, mode=text_mode(value), limit=MAX_TEXT_CHARS, what="an output")
+            text = value_text(value)
             charge(len(text), what="an output")
         size += len(text)
         if size > MAX_TEXT_CHARS:
@@ -340,7 +340,7 @@ def _inline_lookups(
             value = _look_up(part, context)
             if value is _MISSING or not _is_scalar(value):
                 return _MISSING
-            text = value if isinstance(value, str) else str(value)  # as _finalize does
+            text = value_text(value)  # as _finalize does
         size += len(text)
         if size > MAX_TEXT_CHARS:
             return _MISSING

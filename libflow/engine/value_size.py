@@ -10,6 +10,7 @@ it (compact JSON text, in characters), also stopping at its limit.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Set
 from typing import Any, Literal
@@ -34,6 +35,34 @@ _ITEM_TYPES: tuple[type[Iterable[Any]], ...] = (
     type({}.values()),
     type({}.items()),
 )
+
+
+# Values a workflow holds that read as JSON inside text: null, true, [1, 2], {"a": 1}.
+JSON_SPELLED = (type(None), bool, list, tuple, dict)
+
+
+def value_text(value: Any) -> str:
+    """How a value reads where text is made of it (an output, ``~``): as itself if text;
+    as JSON if null, a boolean, a list or an object (a workflow's data is JSON, and what
+    reads it next, a model, an API or a person, expects JSON, not Python's ``None`` and
+    quotes); anything else (a number, an object JSON cannot spell) as ``str()``.
+
+    Measure it first with ``text_size(value, mode=text_mode(value), ...)``.
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, JSON_SPELLED):
+        try:
+            return json.dumps(value, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError):
+            pass  # holds a value JSON has no spelling for: Python's text of it
+    return str(value)
+
+
+def text_mode(value: Any) -> TextMode:
+    """The estimate that bounds ``value_text(value)``: tojson's (which escapes more) for a
+    value spelled as JSON, str()'s for the rest."""
+    return "json" if isinstance(value, JSON_SPELLED) else "str"
 
 
 class TooBig(Exception):
