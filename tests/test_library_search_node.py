@@ -79,3 +79,23 @@ async def test_the_node_keeps_working_without_options(api: Api) -> None:
     status, body = await run_definition(api, searching(), inputs={})
     assert status == 200, body
     assert [hit["fileId"] for hit in body["result"]["outputs"]["results"]] == [file_id]
+
+
+async def test_a_query_the_search_api_would_refuse_fails_the_node(api: Api) -> None:
+    """An input that renders the query empty or too long fails the run with the reason,
+    where it used to search for nothing and return unrelated hits."""
+    await upload_labelled(api, "Walrus harbour budget.", {"team": "finance"})
+    definition = chain(
+        TEAM_INPUT,
+        {"id": "find", "type": "library_search", "query": "{{ inputs.team }}"},
+        output("results", "{{ nodes.find.results }}"),
+    )
+    for team, problem in (
+        ("   ", "query is empty"),
+        ("walrus " * 400, "query is longer than 2000 characters"),
+    ):
+        status, body = await run_definition(api, definition, inputs={"team": team})
+        assert status == 500, body
+        error = body["result"]["error"]
+        assert (error["node"], error["code"]) == ("find", "NODE_FAILED")
+        assert error["message"].startswith(problem), error

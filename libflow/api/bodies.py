@@ -28,6 +28,7 @@ from libflow.library.metadata import (
     filter_values,
     metadata_value,
 )
+from libflow.library.search import MAX_QUERY_CHARS
 
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=255)]
 # The workflows table holds 200 characters of a name: refuse more here, not in the ORM (a 500).
@@ -119,9 +120,6 @@ FilterValues = Annotated[
 ]
 
 Filter = Annotated[dict[MetadataKey, FilterValues], Field(max_length=MAX_METADATA_KEYS)]
-
-
-MAX_QUERY_CHARS = 2000  # a search's text, in GET's ``q`` as in POST's ``query``
 
 
 class SearchBody(Body):

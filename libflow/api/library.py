@@ -7,7 +7,6 @@ from aiohttp import web
 from libflow import appkeys
 from libflow.api.auth import CALLER
 from libflow.api.bodies import (
-    MAX_QUERY_CHARS,
     CreateFileBody,
     CreateFolderBody,
     FinalizeBody,
@@ -21,7 +20,6 @@ from libflow.api.render import file_detail_json, file_json, folder_json
 from libflow.api.responses import json_response, page_response
 from libflow.errors import ValidationFailed
 from libflow.ids import iso
-from libflow.json_text import UNSTORABLE_PROBLEM, holds_unstorable
 from libflow.library import file_changes, files, folders, passages, search
 from libflow.library.vectors import PassageFilter
 
@@ -222,22 +220,8 @@ async def download_thumbnail(request: web.Request) -> web.Response:
 @routes.get(f"{PREFIX}/search")
 async def search_library(request: web.Request) -> web.Response:
     """Hybrid keyword and semantic search over the project's documents."""
-    query = request.query.get("q", "").strip()
-    if not query:
-        raise ValidationFailed(
-            "q is required: the text to search for",
-            details=[{"field": "q", "problem": "missing or empty"}],
-        )
     # As POST's ``query`` is checked: the same text is the same search either way.
-    if len(query) > MAX_QUERY_CHARS:
-        raise ValidationFailed(
-            f"q is longer than {MAX_QUERY_CHARS} characters",
-            details=[{"field": "q", "problem": f"at most {MAX_QUERY_CHARS} characters"}],
-        )
-    if holds_unstorable(query):
-        raise ValidationFailed(
-            "invalid query: q", details=[{"field": "q", "problem": UNSTORABLE_PROBLEM}]
-        )
+    query = search.checked_query(request.query.get("q", ""), "q")
     limit = query_limit(request, default=10, maximum=MAX_SEARCH_RESULTS)
     where = PassageFilter(request.query.get("dir") or None)
     hits = await _search(request, query, limit, where, _search_mode(request))

@@ -31,6 +31,7 @@ from typing import Any
 from tortoise.connection import get_connection
 
 from libflow.errors import Unavailable, ValidationFailed
+from libflow.json_text import UNSTORABLE_PROBLEM, holds_unstorable
 from libflow.library.embeddings.interface import EmbeddingError
 from libflow.library.vectors import (
     MIN_SIMILARITY,
@@ -60,6 +61,7 @@ CANDIDATES = 50  # how many hits each ranking contributes to the fusion (at leas
 # (FAQ) and +0.0011 (man pages), Recall@10 not at all.
 CONFIDENT_SIMILARITY = 0.5
 MAX_QUERY_TERMS = 32
+MAX_QUERY_CHARS = 2000  # a search's text: GET's ``q``, POST's ``query``, library_search's
 # The last word of a query also matches as a prefix ("renovat" finds "renovation"), from
 # this length on: a one- or two-letter prefix matches most of the index.
 PREFIX_MIN_CHARS = 3
@@ -115,6 +117,22 @@ class SearchHit:
         if with_metadata:
             hit["metadata"] = dict(self.metadata)
         return hit
+
+
+def checked_query(query: str, field: str = "query") -> str:
+    """The query without its outer spaces; VALIDATION_ERROR when that is empty, longer
+    than MAX_QUERY_CHARS or holds what text cannot store (a NUL)."""
+    query = query.strip()
+    if not query:
+        message, problem = f"{field} is empty: a search needs text to search for", "empty"
+    elif len(query) > MAX_QUERY_CHARS:
+        message = f"{field} is longer than {MAX_QUERY_CHARS} characters"
+        problem = f"at most {MAX_QUERY_CHARS} characters"
+    elif holds_unstorable(query):
+        message, problem = f"{field} {UNSTORABLE_PROBLEM}", UNSTORABLE_PROBLEM
+    else:
+        return query
+    raise ValidationFailed(message, details=[{"field": field, "problem": problem}])
 
 
 def _terms(query: str) -> list[str]:

@@ -60,7 +60,7 @@ def run_services(
             await find_folder(project_id, folder)
         hits = await search.search(
             project_id,
-            query,
+            search.checked_query(query),
             limit=limit,
             where=where,
             mode=search.SearchMode(mode),

@@ -11,7 +11,6 @@ from typing import Any
 
 from libflow import __version__
 from libflow.api.bodies import (
-    MAX_QUERY_CHARS,
     Body,
     CreateFileBody,
     CreateFolderBody,
@@ -54,7 +53,7 @@ from libflow.api.openapi.webhooks import WEBHOOK_BODIES, WEBHOOK_SCHEMAS, webhoo
 from libflow.api.openapi.words import describe, tagged
 from libflow.api.openapi.workflows import WORKFLOW_BODIES, WORKFLOW_SCHEMAS, workflow_operations
 from libflow.errors import STATUS_BY_CODE
-from libflow.library.search import SearchMode
+from libflow.library.search import MAX_QUERY_CHARS, SearchMode
 
 LIB = f"{PROJECT}/library"
 LIBRARY_BODIES: tuple[type[Body], ...] = (CreateFolderBody, CreateFileBody, FinalizeBody)
