@@ -182,3 +182,25 @@ def test_a_small_value_sharing_one_list_many_times_is_estimated_by_its_text() ->
 def test_data_inside_text_reads_as_json_not_as_python(source: str, expected: str) -> None:
     context = {"hits": [{"name": "a.txt", "page": None, "ok": True}], "flag": True, "nothing": None}
     assert render(source, context) == expected
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("{{ nodes.b.text }}", "nodes.b is undefined: no node 'b' ran before this one"),
+        ("Total: {{ nodes['b'].text }}", "nodes.b is undefined: no node 'b' ran before this one"),
+        ("{{ inputs.amount > 3 }}", "inputs.amount is undefined: the run has no input 'amount'"),
+    ],
+)
+def test_a_missing_node_or_input_is_named_in_the_workflows_words(
+    source: str, expected: str
+) -> None:
+    context = {"nodes": {"a": {"text": "x"}}, "inputs": {"name": "Ada"}}
+    with pytest.raises(ExpressionError) as failed:
+        render(source, context)
+    assert str(failed.value).startswith(expected), failed.value
+
+
+def test_a_missing_field_of_a_node_keeps_jinjas_words() -> None:
+    with pytest.raises(ExpressionError, match="has no attribute 'missing'"):
+        render("{{ nodes.a.missing }}", {"nodes": {"a": {"text": "x"}}, "inputs": {}})

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jinja2 import TemplateError, nodes
+from jinja2 import TemplateError, UndefinedError, nodes
 from jinja2.environment import Template, TemplateExpression
 from jinja2.runtime import Undefined
 
@@ -388,7 +389,7 @@ def _render_string(source: str, context: Mapping[str, Any], *, text_only: bool) 
     except ExpressionError:
         raise
     except Exception as err:  # any failure inside a template is the template's problem
-        raise ExpressionError(_describe(err)) from None
+        raise ExpressionError(_describe_missing(err, source, context) or _describe(err)) from None
 
 
 def _stream_text(template: Template, context: Mapping[str, Any]) -> str:
@@ -401,6 +402,31 @@ def _stream_text(template: Template, context: Mapping[str, Any]) -> str:
             raise ExpressionError(f"the rendered text is over {MAX_TEXT_CHARS} characters")
         parts.append(part)
     return "".join(parts)
+
+
+_NO_KEY = re.compile(r"'dict object' has no (?:attribute|element) '?(.+?)'?")
+_MISSING_HINTS = {
+    "nodes": "no node {name!r} ran before this one (a node reads the nodes upstream of it "
+    "through edges, on a branch that ran)",
+    "inputs": "the run has no input {name!r} (an input node names it, with a default or required)",
+}
+
+
+def _describe_missing(err: Exception, source: str, context: Mapping[str, Any]) -> str | None:
+    """``nodes.x`` or ``inputs.x`` that the run lacks, said in the workflow's words, where
+    Jinja says only "'dict object' has no attribute 'x'" (of which dict, it does not say)."""
+    if not isinstance(err, UndefinedError):
+        return None
+    found = _NO_KEY.fullmatch(str(err.message))
+    if found is None:
+        return None
+    name = found.group(1)
+    for scope, hint in _MISSING_HINTS.items():
+        values = context.get(scope)
+        spelled = rf"\b{scope}\s*(?:\.\s*{re.escape(name)}\b|\[\s*['\"]{re.escape(name)}['\"])"
+        if isinstance(values, Mapping) and name not in values and re.search(spelled, source):
+            return f"{scope}.{name} is undefined: " + hint.format(name=name)
+    return None
 
 
 def _describe(err: Exception) -> str:
