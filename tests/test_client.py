@@ -44,6 +44,8 @@ async def test_upload_lists_gets_and_downloads_a_file(
     target = tmp_path / "back.txt"
     assert await libflow.library.download(record["id"], target) == source.stat().st_size
     assert target.read_bytes() == source.read_bytes()
+    as_text = str(tmp_path / "named.txt")  # a path given as text, as upload takes it
+    assert await libflow.library.download(record["id"], as_text) == source.stat().st_size
 
 
 async def test_uploads_bytes_into_a_folder_and_pages_through_the_files(

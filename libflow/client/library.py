@@ -205,8 +205,9 @@ class Library:
             raise LibflowError(f"GET {path}: {answer.status} without a Location")
         return str(answer.url.join(URL(location, encoded=True)))
 
-    async def download(self, file_id: str, target: Path, *, thumbnail: bool = False) -> int:
+    async def download(self, file_id: str, target: Path | str, *, thumbnail: bool = False) -> int:
         """Write the file's bytes (or its thumbnail) to ``target``; how many bytes."""
+        target = Path(target)
         url = await self.download_url(file_id, thumbnail=thumbnail)
         written = 0
         async with self._t.session.get(URL(url, encoded=True)) as response:
