@@ -7,9 +7,9 @@ import os
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 ENV_PREFIX = "LIBFLOW_"
 MiB = 1024 * 1024
@@ -17,6 +17,21 @@ MiB = 1024 * 1024
 
 # uvloop where it is installed, or the standard library's own loop.
 EventLoopKind = Literal["uvloop", "asyncio"]
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(value: str) -> str:
+    """A logging level's name, in any case (``info``); anything else is refused here,
+    where a message names the setting, not later by logging with a traceback."""
+    level = value.strip().upper()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+    return level
+
+
+LogLevel = Annotated[str, AfterValidator(_log_level)]
 
 
 class SettingsError(ValueError):
@@ -76,7 +91,7 @@ class Settings(BaseModel):
     # Requests a second per API key (0: no limit), and how many may come at once.
     rate_limit: float = Field(default=100, ge=0)
     rate_limit_burst: int = Field(default=200, gt=0)
-    log_level: str = "INFO"
+    log_level: LogLevel = "INFO"
     # API processes serving the port (run_server.py --workers): more than one shares it
     # with SO_REUSEPORT under a supervisor that restarts a process that dies.
     workers: int = Field(default=1, ge=1, le=64)

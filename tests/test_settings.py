@@ -96,11 +96,16 @@ def test_reads_the_process_environment_by_default(monkeypatch: pytest.MonkeyPatc
         ("LIBFLOW_STORAGE", "ftp"),
         ("LIBFLOW_JOB_CONCURRENCY", "1.5"),
         ("LIBFLOW_EVENT_LOOP", "trio"),
+        ("LIBFLOW_LOG_LEVEL", "verbose"),
     ],
 )
 def test_invalid_values_raise_settings_error_naming_the_variable(name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):
         settings_from_env({name: value})
+
+
+def test_a_log_level_is_read_in_any_case() -> None:
+    assert settings_from_env({"LIBFLOW_LOG_LEVEL": " warning"}).log_level == "WARNING"
 
 
 def test_invalid_override_names_its_variable() -> None:
