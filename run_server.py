@@ -17,7 +17,7 @@ from libflow.db.connection import open_database
 from libflow.event_loop import new_event_loop
 from libflow.logs import configure_logging
 from libflow.secrets.crypto import box_of, use_secret_box
-from libflow.supervisor import REQUEST_GRACE_SECONDS, group_slot, supervise
+from libflow.supervisor import REQUEST_GRACE_SECONDS, bindable_port, group_slot, supervise
 from settings import Settings, SettingsError, settings_from_env
 
 # How often a server of a group checks that its supervisor is still there.
@@ -46,7 +46,18 @@ def main(argv: list[str] | None = None) -> int:
         # Once, before the servers start together: SQLite migrations take no lock.
         asyncio.run(_prepare_database(settings))
         return supervise(settings, [sys.executable, os.path.abspath(__file__)])
-    serve(settings, in_group=group_slot() is not None)
+    in_group = group_slot() is not None
+    if not in_group:
+        # Checked before start-up (the model, the database): a port another program holds
+        # is a message now, not a traceback once everything else has started.
+        try:
+            bindable_port(settings.host, settings.port)
+        except OSError as err:
+            print(
+                f"libflow: cannot listen on {settings.host}:{settings.port}: {err}", file=sys.stderr
+            )
+            return 2
+    serve(settings, in_group=in_group)
     return 0
 
 
