@@ -128,7 +128,9 @@ async def test_private_targets_are_refused_before_connecting(
     no_network: aiohttp.ClientSession, url: str
 ) -> None:
     began = time.monotonic()
-    with pytest.raises(RequestRefused, match="address; requests there are refused"):
+    # The message says how an operator allows it, so a user can ask for it.
+    refused = "address; requests there are refused .*LIBFLOW_HTTP_ALLOW_PRIVATE=true"
+    with pytest.raises(RequestRefused, match=refused):
         await guarded_fetch(no_network, "GET", url, timeout_seconds=5, allow_private=False)
     assert time.monotonic() - began < 1
 
@@ -169,6 +171,16 @@ async def test_one_private_address_among_public_ones_is_enough_to_refuse(
 )
 async def test_only_http_and_https_urls(no_network: aiohttp.ClientSession, url: str) -> None:
     with pytest.raises(RequestRefused):
+        await guarded_fetch(no_network, "GET", url, timeout_seconds=5, allow_private=True)
+
+
+@pytest.mark.parametrize("url", ["not a url", "example.com/path", "/relative"])
+async def test_a_url_without_a_scheme_is_refused_saying_what_it_needs(
+    no_network: aiohttp.ClientSession, url: str
+) -> None:
+    with pytest.raises(
+        RequestRefused, match="is not an absolute URL: it needs http:// or https://"
+    ):
         await guarded_fetch(no_network, "GET", url, timeout_seconds=5, allow_private=True)
 
 

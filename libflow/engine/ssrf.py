@@ -155,7 +155,10 @@ async def resolve_allowed(
             reason = forbidden_reason(address)
             if reason is not None:
                 where = host if literal is not None else f"{host} resolves to {address}, which"
-                raise RequestRefused(f"{where} is a {reason} address; requests there are refused")
+                raise RequestRefused(
+                    f"{where} is a {reason} address; requests there are refused "
+                    "(a server set LIBFLOW_HTTP_ALLOW_PRIVATE=true allows them)"
+                )
     return addresses
 
 
@@ -165,8 +168,12 @@ def check_url(raw: str) -> URL:
         url = URL(raw)
     except (ValueError, TypeError) as err:
         raise RequestRefused(f"invalid URL: {err}") from err
+    if not url.scheme:
+        raise RequestRefused(
+            f"{raw[:200]!r} is not an absolute URL: it needs http:// or https:// and a host"
+        )
     if url.scheme not in SCHEMES:
-        raise RequestRefused(f"only http and https URLs are allowed, not {url.scheme or 'none'!r}")
+        raise RequestRefused(f"only http and https URLs are allowed, not {url.scheme!r}")
     if not url.raw_host or url.port is None:
         raise RequestRefused("the URL has no host")
     return url
