@@ -484,3 +484,19 @@ async def test_delete_file_of_another_project_is_404_and_keeps_it(api: Api, othe
     )
     response = await other.call("GET", f"/files/{created['documentId']}")
     assert response.status == 200
+
+
+async def test_a_refused_body_says_each_fields_problem_in_its_message(api: Api) -> None:
+    error = await assert_error(
+        await api.call("POST", "/dirs", json={"name": ""}), 400, "VALIDATION_ERROR"
+    )
+    assert error["message"] == "invalid request body: name: String should have at least 1 character"
+
+
+async def test_a_body_with_many_problems_names_the_first_few_in_its_message(api: Api) -> None:
+    body = {"query": "", "limit": 0, "mode": "fuzzy", "dir": "", "filter": []}
+    response = await api.call("POST", "/search", json=body)
+    error = await assert_error(response, 400, "VALIDATION_ERROR")
+    assert len(error["details"]) == 5
+    assert error["message"].startswith("invalid request body: query: ")
+    assert error["message"].endswith("(and 2 more in details)")

@@ -224,8 +224,20 @@ async def parse_body(
             {"field": ".".join(str(p) for p in e["loc"]) or "body", "problem": e["msg"]}
             for e in err.errors(include_url=False, include_input=False)
         ]
-        fields = ", ".join(d["field"] for d in details)
-        raise ValidationFailed(f"invalid request body: {fields}", details=details) from err
+        raise ValidationFailed(_body_problems(details), details=details) from err
+
+
+# How much of the details the message repeats: a body with a hundred bad items is named
+# in full in ``details``, its message stays a line.
+_MESSAGE_PROBLEMS = 3
+
+
+def _body_problems(details: list[dict[str, str]]) -> str:
+    """The message of a refused body: each field with its problem ("name: String should
+    have at least 1 character"), the first few of them."""
+    said = "; ".join(f"{d['field']}: {d['problem']}" for d in details[:_MESSAGE_PROBLEMS])
+    more = len(details) - _MESSAGE_PROBLEMS
+    return f"invalid request body: {said}" + (f" (and {more} more in details)" if more > 0 else "")
 
 
 def query_limit(request: web.Request, *, default: int, maximum: int) -> int:

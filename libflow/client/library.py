@@ -213,10 +213,13 @@ class Library:
         async with self._t.session.get(URL(url, encoded=True)) as response:
             if response.status >= 400:
                 raise LibflowError(f"GET {url}: {response.status}")
-            with target.open("wb") as out:
+            out = await asyncio.to_thread(target.open, "wb")
+            try:
                 async for piece in response.content.iter_chunked(UPLOAD_PIECE):
                     await asyncio.to_thread(out.write, piece)
                     written += len(piece)
+            finally:
+                await asyncio.to_thread(out.close)
         return written
 
     # Search
