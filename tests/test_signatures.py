@@ -126,7 +126,7 @@ def test_standard_ignores_entries_of_other_versions() -> None:
 def test_standard_does_not_take_a_v1a_entry_for_a_v1_signature() -> None:
     headers = standard_headers(STANDARD_SECRET, BODY)
     headers["webhook-signature"] = headers["webhook-signature"].replace("v1,", "v1a,")
-    assert refusal("standard", [STANDARD_SECRET], headers, BODY) == BAD_HEADERS
+    assert refusal("standard", [STANDARD_SECRET], headers, BODY).startswith(BAD_HEADERS)
 
 
 def test_standard_reads_header_names_case_insensitively() -> None:
@@ -251,10 +251,12 @@ def test_a_timestamp_exactly_five_minutes_away_is_accepted(scheme: str, offset: 
         ("stripe", "stripe-signature"),
     ],
 )
-def test_a_missing_header_is_refused(scheme: str, header: str) -> None:
+def test_a_missing_header_is_refused_naming_it(scheme: str, header: str) -> None:
     headers = signed(scheme, SECRET_OF[scheme], BODY)
     del headers[header]
-    assert refusal(scheme, [SECRET_OF[scheme]], headers, BODY) == BAD_HEADERS
+    message = refusal(scheme, [SECRET_OF[scheme]], headers, BODY)
+    assert message.startswith(f"{BAD_HEADERS}: ")
+    assert header.lower() in message.lower()
 
 
 @pytest.mark.parametrize(
@@ -275,10 +277,13 @@ def test_a_missing_header_is_refused(scheme: str, header: str) -> None:
         ("stripe", "Stripe-Signature", f"t={NOW},t={NOW},v1={'ab' * 32}"),
     ],
 )
-def test_a_malformed_header_is_refused(scheme: str, header: str, value: str) -> None:
+def test_a_malformed_header_is_refused_saying_what_it_must_be(
+    scheme: str, header: str, value: str
+) -> None:
     headers = signed(scheme, SECRET_OF[scheme], BODY)
     headers[header] = value
-    assert refusal(scheme, [SECRET_OF[scheme]], headers, BODY) == BAD_HEADERS
+    message = refusal(scheme, [SECRET_OF[scheme]], headers, BODY)
+    assert message.lower().startswith(f"{BAD_HEADERS}: {header}".lower()), message
 
 
 # --- rotation ---------------------------------------------------------------------------------

@@ -249,9 +249,9 @@ async def test_the_same_delivery_three_times_is_acknowledged_each_time_and_runs_
         ("secret", "signature does not match"),
         ("stale", "timestamp outside the tolerance"),
         ("future", "timestamp outside the tolerance"),
-        ("no-signature", "missing or malformed signature headers"),
-        ("no-timestamp", "missing or malformed signature headers"),
-        ("no-id", "missing or malformed signature headers"),
+        ("no-signature", "missing or malformed signature headers: webhook-signature has no "),
+        ("no-timestamp", "missing or malformed signature headers: webhook-timestamp must be "),
+        ("no-id", "missing or malformed signature headers: webhook-id is missing"),
     ],
 )
 async def test_a_delivery_that_does_not_verify_is_401_and_stores_nothing(
@@ -271,7 +271,7 @@ async def test_a_delivery_that_does_not_verify_is_401_and_stores_nothing(
 
     response = await deliver(api, created["webhookId"], body, headers)
 
-    assert (await assert_error(response, 401, "INVALID_SIGNATURE"))["message"] == message
+    assert (await assert_error(response, 401, "INVALID_SIGNATURE"))["message"].startswith(message)
     assert await deliveries_of(api, created["webhookId"]) == []
 
 

@@ -27,8 +27,14 @@ _ALPHANUMERICS = string.ascii_letters + string.digits
 _SECONDS = re.compile(r"[0-9]{1,15}")
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 
-# The sender learns which part failed, never which secret or signature came close.
+# The sender learns which part failed, and what that part should look like (the schemes'
+# formats are public), never which secret or signature came close.
 _BAD_HEADERS = "missing or malformed signature headers"
+_STANDARD_ID = "webhook-id is missing"
+_STANDARD_TIMESTAMP = "webhook-timestamp must be Unix seconds"
+_STANDARD_SIGNATURE = "webhook-signature has no v1,<base64 of an HMAC-SHA256> entry"
+_GITHUB_SIGNATURE = "X-Hub-Signature-256 must be sha256=<64 hex digits>"
+_STRIPE_SIGNATURE = "Stripe-Signature must hold one t=<Unix seconds> and a v1=<64 hex digits> entry"
 _BAD_TIMESTAMP = "timestamp outside the tolerance"
 _NO_MATCH = "signature does not match"
 
@@ -83,14 +89,19 @@ def _verify_standard(
         for entry in headers.get("webhook-signature", "").split()
         if entry.startswith("v1,") and (digest := _base64_digest(entry[3:])) is not None
     ]
-    if not msg_id or not _SECONDS.fullmatch(timestamp) or not signatures:
-        raise InvalidSignature(_BAD_HEADERS)
+    for wrong, problem in (
+        (not msg_id, _STANDARD_ID),
+        (not _SECONDS.fullmatch(timestamp), _STANDARD_TIMESTAMP),
+        (not signatures, _STANDARD_SIGNATURE),
+    ):
+        if wrong:
+            raise _malformed(problem)
     _check_timestamp(timestamp, now)
     try:
         # aiohttp decodes header bytes with surrogateescape: this gets the sent bytes back.
         prefix = f"{msg_id}.{timestamp}.".encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
-        raise InvalidSignature(_BAD_HEADERS) from None
+        raise _malformed("webhook-id holds bytes that are not text") from None
     keys = [_standard_key(secret) for secret in secrets]
     _check_signatures(keys, prefix + body, signatures)
     return VerifiedDelivery(delivery_id=msg_id)
@@ -103,7 +114,7 @@ def _verify_github(
     scheme, _, hex_digest = headers.get("x-hub-signature-256", "").partition("=")
     digest = _hex_digest(hex_digest)
     if scheme != "sha256" or digest is None:
-        raise InvalidSignature(_BAD_HEADERS)
+        raise _malformed(_GITHUB_SIGNATURE)
     _check_signatures([secret.encode() for secret in secrets], body, [digest])
     # Without a delivery id, identical bodies are the same delivery.
     delivery_id = headers.get("x-github-delivery") or _sha256_id(body)
@@ -125,7 +136,7 @@ def _verify_stripe(
             signatures.append(digest)
     # Two timestamps would leave it open which one was signed.
     if len(timestamps) != 1 or not _SECONDS.fullmatch(timestamps[0]) or not signatures:
-        raise InvalidSignature(_BAD_HEADERS)
+        raise _malformed(_STRIPE_SIGNATURE)
     _check_timestamp(timestamps[0], now)
     content = f"{timestamps[0]}.".encode() + body
     # Stripe's key is the whole secret string, whsec_ included, not a decoded one.
@@ -136,6 +147,10 @@ def _verify_stripe(
 _VERIFIERS: dict[
     str, Callable[[Sequence[str], Mapping[str, str], bytes, float], VerifiedDelivery]
 ] = {"standard": _verify_standard, "github": _verify_github, "stripe": _verify_stripe}
+
+
+def _malformed(problem: str) -> InvalidSignature:
+    return InvalidSignature(f"{_BAD_HEADERS}: {problem}")
 
 
 def _check_timestamp(timestamp: str, now: float) -> None:
