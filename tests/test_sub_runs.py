@@ -86,7 +86,9 @@ async def test_a_sub_run_refusing_its_inputs_fails_the_calling_node(api: Api) ->
     parent = await create(api, caller(child["workflowId"], inputs={"n": "many"}))
     status, body = await runsync(api, parent["workflowId"])
     assert (status, body["result"]["error"]["node"]) == (500, "sub")
-    assert "input 'n' must be of type number" in body["result"]["error"]["message"]
+    message = body["result"]["error"]["message"]
+    assert message.startswith(f"workflow {child['workflowId']}: "), message  # whose inputs
+    assert "input 'n' must be of type number" in message
 
 
 async def test_a_call_of_a_version_that_does_not_exist_fails_at_run_time(api: Api) -> None:
@@ -147,7 +149,20 @@ async def test_a_failing_item_fails_the_map(api: Api) -> None:
     parent = await create(api, mapper(child["workflowId"], "{{ range(6) | list }}"))
     status, body = await runsync(api, parent["workflowId"])
     assert (status, body["result"]["error"]["node"]) == (500, "each")
-    assert "item three" in body["result"]["error"]["message"]
+    message = body["result"]["error"]["message"]
+    assert message.startswith("item 3: sub-run "), message  # which item, to find it
+    assert "item three" in message
+
+
+async def test_a_call_of_a_workflow_without_a_run_event_says_it_starts_there(api: Api) -> None:
+    hooked = {"nodes": [{"id": "start", "type": "event", "event": "webhook"}], "edges": []}
+    child = await create(api, hooked, name="child")
+    parent = await create(api, caller(child["workflowId"]))
+    status, body = await runsync(api, parent["workflowId"])
+    message = body["result"]["error"]["message"]
+    assert (status, body["result"]["error"]["node"]) == (500, "sub")
+    assert message.startswith(f"workflow {child['workflowId']}: "), message
+    assert message.endswith("(a called workflow starts at its run event)"), message
 
 
 async def test_a_map_stops_once_its_results_pass_a_nodes_limit(api: Api) -> None:

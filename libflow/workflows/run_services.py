@@ -8,10 +8,10 @@ from typing import Any
 from aiohttp import ClientSession
 
 from libflow.db.fast_reads import FastReads
-from libflow.engine import NodeServices
+from libflow.engine import InvalidInputs, NodeServices, UnknownEvent
 from libflow.engine.nodes.state import ModelProvider
 from libflow.engine.run_secrets import RunSecrets
-from libflow.errors import LibflowError
+from libflow.errors import LibflowError, NotFound
 from libflow.library import search
 from libflow.library.embeddings.interface import Embedder
 from libflow.library.files import file_text
@@ -81,17 +81,25 @@ def run_services(
         parent_run_id: str | None,
         depth: int,
     ) -> dict[str, Any]:
-        target = await find_run_target(project_id, workflow_id, version, reads)
-        record, result = await run_version(
-            target,
-            event="run",
-            inputs=inputs,
-            trigger="call",
-            services=services,
-            control=control,
-            parent_run_id=parent_run_id,
-            depth=depth,
-        )
+        try:
+            target = await find_run_target(project_id, workflow_id, version, reads)
+            record, result = await run_version(
+                target,
+                event="run",
+                inputs=inputs,
+                trigger="call",
+                services=services,
+                control=control,
+                parent_run_id=parent_run_id,
+                depth=depth,
+            )
+        except (NotFound, UnknownEvent, InvalidInputs) as err:  # refused before it ran
+            hint = (
+                " (a called workflow starts at its run event)"
+                if isinstance(err, UnknownEvent)
+                else ""
+            )
+            raise SubRunFailed(f"workflow {workflow_id}: {err.message}{hint}") from err
         if result.error is not None:
             raise SubRunFailed(
                 f"sub-run {record.id} of workflow {workflow_id} ended {result.status}:"

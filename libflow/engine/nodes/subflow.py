@@ -49,7 +49,10 @@ async def run_map(node: Node, state: RunState) -> dict[str, Any]:
     async def one(index: int, item: Any) -> dict[str, Any]:
         nonlocal held
         async with slots:
-            outputs = await _call(node, state, {"item": item, "index": index})
+            try:
+                outputs = await _call(node, state, {"item": item, "index": index})
+            except NodeFailure as failure:  # which item, so it can be found in the list
+                raise NodeFailure(f"item {index}: {failure.message}") from None
         # Measured as each item ends, not once all have: 10,000 items of a few MiB each
         # would be held in memory long before the whole could be refused.
         try:
