@@ -227,6 +227,12 @@ def test_every_problem_is_reported_not_just_the_first() -> None:
             id="out-of-range",
         ),
         pytest.param(
+            with_nodes({"id": "m", "type": "llm", "messages": [], "maxTokens": 0}),
+            "m",
+            "field 'maxTokens' must be at least 1 and at most 1000000",  # not 1e+06
+            id="bounds-written-out",
+        ),
+        pytest.param(
             with_nodes({"id": "h", "type": "http_request", "url": "x", "method": "BREW"}),
             "h",
             "field 'method' must be one of GET",

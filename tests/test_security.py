@@ -302,7 +302,8 @@ async def test_a_body_over_1_mib_is_413_payload_too_large(
 ) -> None:
     body = json.dumps({"name": "x", "inputs": {"pad": "x" * (1024 * 1024)}}).encode()
     response = await post_raw(api, json_routes(api, workflow_id)[route], body)
-    await assert_error(response, 413, "PAYLOAD_TOO_LARGE")
+    error = await assert_error(response, 413, "PAYLOAD_TOO_LARGE")
+    assert error["message"] == "request body is too large: at most 1,048,576 bytes"
 
 
 DEEP_BODIES = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from aiohttp import web
@@ -66,6 +67,11 @@ def render_error(request: web.Request, err: Exception) -> web.StreamResponse:
         if isinstance(err.__cause__, web.RequestPayloadError):  # parse_body's INVALID_JSON
             response.force_close()  # see below
         return response
+    if isinstance(err, web.HTTPRequestEntityTooLarge):
+        # aiohttp's text names the route's limit ("Maximum request body size N exceeded.").
+        limit = re.search(r"size (\d+)", err.text or "")
+        said = f": at most {int(limit.group(1)):,} bytes" if limit else ""
+        return error_response("PAYLOAD_TOO_LARGE", f"request body is too large{said}")
     if isinstance(err, web.HTTPException):
         code, message = _code_for_status(err.status)
         response = error_response(code, message or err.reason, status=err.status)

@@ -61,9 +61,15 @@ def _between(low: float, high: float, *, low_open: bool = False) -> Check:
         """None when the value is in range, else the reason."""
         if (value > low if low_open else value >= low) and value <= high:
             return None
-        return f"must be {'over' if low_open else 'at least'} {low:g} and at most {high:g}"
+        least = "over" if low_open else "at least"
+        return f"must be {least} {_number(low)} and at most {_number(high)}"
 
     return check
+
+
+def _number(value: float) -> str:
+    """A bound as a person writes it: 1000000, 0.5 (not 1e+06)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def _string_values(value: Any) -> str | None:
