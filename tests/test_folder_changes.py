@@ -199,3 +199,17 @@ async def test_a_folder_cannot_be_deleted_once_a_file_went_in_after_the_count(
     monkeypatch.undo()
     response = await shaped_api.call("GET", f"/files/{created['documentId']}")
     assert (await response.json())["dir"] == folder["id"]
+
+
+async def test_folders_nest_at_most_64_deep_made_or_moved(api: Api) -> None:
+    """The bound keeps each create or move to a walk of at most 64 parents."""
+    parent = "root"
+    for depth in range(1, folders.MAX_FOLDER_DEPTH + 1):
+        parent = (await make_folder(api, f"level {depth}", parent))["id"]
+    response = await api.call("POST", "/dirs", json={"name": "too deep", "parent": parent})
+    error = await assert_error(response, 400, "VALIDATION_ERROR")
+    assert detail_fields(error) == {"parent"}
+    loose = await make_folder(api, "loose")
+    response = await api.call("PATCH", f"/dirs/{loose['id']}", json={"parent": parent})
+    await assert_error(response, 400, "VALIDATION_ERROR")
+    assert (await listed(api))[-1] == loose  # not moved

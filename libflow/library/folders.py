@@ -20,6 +20,10 @@ from libflow.ids import possible_id, utcnow
 from libflow.models import Folder, LibraryFile, Project
 
 ROOT = "root"
+# How deep folders nest. It bounds the walk up a folder's parents that a create or a
+# move makes (one query a level): without it, one request could walk a chain of any
+# length that earlier requests built.
+MAX_FOLDER_DEPTH = 64
 
 
 async def list_folders(project_id: str) -> list[Folder]:
@@ -62,6 +66,8 @@ async def into_folder(folder_id: str) -> AsyncIterator[None]:
 async def create_folder(project_id: str, name: str, parent_id: str) -> Folder:
     """A folder under ``parent_id`` (``root`` or a folder of the same project)."""
     parent = await find_folder(project_id, parent_id)
+    if parent is not None:
+        await _ancestors(parent)  # refuses one too deep
     async with into_folder(parent_id):
         return await Folder.create(project_id=project_id, name=name, parent=parent)
 
@@ -97,20 +103,31 @@ async def update_folder(
 
 async def _refuse_loop(folder: Folder, parent: Folder, connection: BaseDBAsyncClient) -> None:
     """VALIDATION_ERROR when ``parent`` is ``folder`` or lies under it."""
-    seen: set[str] = set()
-    current: Folder | None = parent
-    while current is not None and current.id not in seen:
-        if current.id == folder.id:
-            raise ValidationFailed(
-                "a folder cannot be moved into itself or into a folder under it",
-                details=[{"field": "parent", "problem": "is this folder or one under it"}],
-            )
-        seen.add(current.id)
+    if folder.id in await _ancestors(parent, connection):
+        raise ValidationFailed(
+            "a folder cannot be moved into itself or into a folder under it",
+            details=[{"field": "parent", "problem": "is this folder or one under it"}],
+        )
+
+
+async def _ancestors(folder: Folder, connection: BaseDBAsyncClient | None = None) -> set[str]:
+    """``folder`` and the folders above it; VALIDATION_ERROR when a folder put into it
+    would be more than MAX_FOLDER_DEPTH deep (at most that many steps are walked)."""
+    chain: set[str] = set()
+    current: Folder | None = folder
+    while current is not None and current.id not in chain and len(chain) < MAX_FOLDER_DEPTH:
+        chain.add(current.id)
         current = (
             await Folder.get_or_none(id=current.parent_id, using_db=connection)
             if current.parent_id
             else None
         )
+    if len(chain) >= MAX_FOLDER_DEPTH:
+        raise ValidationFailed(
+            f"folders nest at most {MAX_FOLDER_DEPTH} deep: this one is that deep already",
+            details=[{"field": "parent", "problem": f"{MAX_FOLDER_DEPTH} folders deep"}],
+        )
+    return chain
 
 
 async def delete_folder(project_id: str, folder_id: str) -> None:
