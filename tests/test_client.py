@@ -97,6 +97,8 @@ async def test_runs_a_workflow_in_every_way(libflow: LibflowClient) -> None:
     assert await libflow.workflows.get(workflow_id)
     await libflow.workflows.publish(workflow_id, definition)
     assert [w["workflowId"] for w in await libflow.workflows.list()] == [workflow_id]
+    assert (await libflow.workflows.version(workflow_id, "1"))["definition"] == definition
+    assert (await libflow.workflows.rename(workflow_id, "greeter"))["name"] == "greeter"
 
     answer = await libflow.workflows.runsync(workflow_id, {"name": "Ada"})
     assert answer["success"] and answer["result"]["outputs"] == {"greeting": "hello Ada"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -57,6 +58,7 @@ async def test_another_projects_folder_is_404_on_every_method(shaped_api: Api) -
 
 async def test_rename_changes_the_name_and_updated_date_only(shaped_api: Api) -> None:
     folder = await make_folder(shaped_api, "Reprots")
+    await asyncio.sleep(0.01)  # dates are in milliseconds
     renamed = await patch_folder(shaped_api, folder["id"], name="  Reports ")
     assert renamed["name"] == "Reports"
     assert renamed["updatedDate"] > folder["updatedDate"]

@@ -101,6 +101,52 @@ async def test_publishing_a_version_moves_the_workflows_updated_date_to_it(api: 
     assert listed["updatedDate"] == got["updatedDate"]
 
 
+async def test_each_version_is_read_with_the_definition_it_was_published_with(api: Api) -> None:
+    created = await create(api, version_marker("1"))
+    second = await publish(api, created["workflowId"], version_marker("2"))
+    first = await ok_json(await call(api, "GET", f"/{created['workflowId']}/versions/1"))
+    latest = await ok_json(await call(api, "GET", f"/{created['workflowId']}/versions/2"))
+    assert first["definition"] == version_marker("1")
+    assert (first["version"], first["createdDate"]) == ("1", created["createdDate"])
+    assert latest == {**second, "definition": version_marker("2")}
+
+
+@pytest.mark.parametrize("version", ["3", "0", "latest", "1.0"])
+async def test_a_version_that_does_not_exist_is_404(api: Api, version: str) -> None:
+    created = await create(api, version_marker("1"))
+    response = await call(api, "GET", f"/{created['workflowId']}/versions/{version}")
+    await assert_error(response, 404, "NOT_FOUND")
+
+
+async def test_rename_changes_the_name_and_keeps_versions_and_runs(api: Api) -> None:
+    created = await create(api, SPEC_EXAMPLE, name="Greeter")
+    await runsync(api, created["workflowId"], inputs={"name": "Ada"})
+    await asyncio.sleep(0.01)  # dates are in milliseconds
+    renamed = await ok_json(
+        await call(api, "PATCH", f"/{created['workflowId']}", json={"name": "Welcomer"})
+    )
+    assert (renamed["name"], renamed["version"]) == ("Welcomer", "1")
+    assert renamed["updatedDate"] > created["createdDate"]
+    assert [w["name"] for w in await ok_json(await call(api, "GET", ""))] == ["Welcomer"]
+    assert len(await runs_of(api, created["workflowId"])) == 1
+
+
+@pytest.mark.parametrize("body", [{}, {"name": ""}, {"name": "n" * 201}])
+async def test_rename_with_a_bad_name_is_400_and_keeps_the_old_one(
+    api: Api, body: dict[str, str]
+) -> None:
+    created = await create(api, SPEC_EXAMPLE, name="Greeter")
+    response = await call(api, "PATCH", f"/{created['workflowId']}", json=body)
+    error = await assert_error(response, 400, "VALIDATION_ERROR")
+    assert [d["field"] for d in error["details"]] == ["name"]
+    assert (await ok_json(await call(api, "GET", f"/{created['workflowId']}")))["name"] == "Greeter"
+
+
+async def test_rename_of_an_unknown_workflow_is_404(api: Api) -> None:
+    response = await call(api, "PATCH", "/nosuchworkflow", json={"name": "x"})
+    await assert_error(response, 404, "NOT_FOUND")
+
+
 async def test_create_with_a_name_of_200_characters_keeps_it(api: Api) -> None:
     created = await create(api, SPEC_EXAMPLE, name="n" * 200)
     got = await ok_json(await call(api, "GET", f"/{created['workflowId']}"))

@@ -148,6 +148,12 @@ class CreateWorkflowBody(Body):
     definition: dict[str, Any]
 
 
+class RenameWorkflowBody(Body):
+    """``PATCH .../workflows/:workflowId``."""
+
+    name: WorkflowName
+
+
 class PublishVersionBody(Body):
     """``POST .../workflows/:workflowId/versions``."""
 

@@ -8,7 +8,13 @@ from typing import Any
 from aiohttp import web
 
 from libflow import appkeys
-from libflow.api.bodies import CreateWorkflowBody, PublishVersionBody, RunSyncBody, parse_body
+from libflow.api.bodies import (
+    CreateWorkflowBody,
+    PublishVersionBody,
+    RenameWorkflowBody,
+    RunSyncBody,
+    parse_body,
+)
 from libflow.api.responses import json_response
 from libflow.api.runs import finished_record
 from libflow.api.sse import stream_events, wants_events
@@ -17,7 +23,7 @@ from libflow.ids import iso, new_ordered_id
 from libflow.models import Workflow, WorkflowVersion
 from libflow.workflows import runs, versions
 from libflow.workflows.run_watch import watch_run
-from libflow.workflows.versions import RunTarget
+from libflow.workflows.versions import RunTarget, VersionSummary
 
 routes = web.RouteTableDef()
 PROJECT = "/api/publicv1/projects/{projectId}"
@@ -39,7 +45,7 @@ def workflow_json(workflow: Workflow) -> dict[str, Any]:
     }
 
 
-def version_json(version: WorkflowVersion) -> dict[str, Any]:
+def version_json(version: WorkflowVersion | VersionSummary) -> dict[str, Any]:
     """A version record, without its definition."""
     return {"version": str(version.number), "createdDate": iso(version.created_at)}
 
@@ -72,8 +78,8 @@ async def list_workflows(request: web.Request) -> web.Response:
 async def get_workflow(request: web.Request) -> web.Response:
     """A workflow with its latest definition and every version."""
     workflow = await versions.get_workflow(_project(request), request.match_info["workflowId"])
+    latest = await versions.find_version(workflow, None)
     found = await versions.list_versions(workflow)
-    latest = found[-1]
     return json_response(
         {
             **workflow_json(workflow),
@@ -81,6 +87,24 @@ async def get_workflow(request: web.Request) -> web.Response:
             "versions": [version_json(v) for v in found],
         }
     )
+
+
+@routes.patch(f"{PREFIX}/{{workflowId}}")
+async def rename_workflow(request: web.Request) -> web.Response:
+    """Rename a workflow."""
+    body = await parse_body(request, RenameWorkflowBody)
+    workflow = await versions.rename_workflow(
+        _project(request), request.match_info["workflowId"], body.name
+    )
+    return json_response(workflow_json(workflow))
+
+
+@routes.get(f"{PREFIX}/{{workflowId}}/versions/{{version}}")
+async def get_version(request: web.Request) -> web.Response:
+    """One version with its definition, as published."""
+    workflow = await versions.get_workflow(_project(request), request.match_info["workflowId"])
+    version = await versions.find_version(workflow, request.match_info["version"])
+    return json_response({**version_json(version), "definition": version.definition})
 
 
 @routes.post(f"{PREFIX}/{{workflowId}}/versions")

@@ -44,6 +44,16 @@ class Workflows:
         url = self._t.api_url(f"{self._base}/{workflow_id}")
         return cast(Workflow, (await self._t.call("GET", url)).body)
 
+    async def version(self, workflow_id: str, version: str) -> Workflow:
+        """One version ("1", "2", ...) with the definition it was published with."""
+        url = self._t.api_url(f"{self._base}/{workflow_id}/versions/{version}")
+        return cast(Workflow, (await self._t.call("GET", url)).body)
+
+    async def rename(self, workflow_id: str, name: str) -> Workflow:
+        """Give the workflow another name."""
+        url = self._t.api_url(f"{self._base}/{workflow_id}")
+        return cast(Workflow, (await self._t.call("PATCH", url, json={"name": name})).body)
+
     async def publish(self, workflow_id: str, definition: JSON) -> Workflow:
         """A new version of the workflow (versions are immutable)."""
         url = self._t.api_url(f"{self._base}/{workflow_id}/versions")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from tortoise.exceptions import IntegrityError
@@ -102,9 +103,32 @@ async def list_workflows(project_id: str) -> list[Workflow]:
     return await Workflow.filter(project_id=project_id).order_by("-created_at", "-id")
 
 
-async def list_versions(workflow: Workflow) -> list[WorkflowVersion]:
-    """Every version of a workflow, oldest first."""
-    return await WorkflowVersion.filter(workflow_id=workflow.id).order_by("number")
+@dataclass(frozen=True, slots=True)
+class VersionSummary:
+    """A version without its definition."""
+
+    number: int
+    created_at: datetime
+
+
+async def list_versions(workflow: Workflow) -> list[VersionSummary]:
+    """Every version of a workflow, oldest first, without their definitions: a definition
+    may be 1 MiB and a workflow has as many versions as were published."""
+    rows = await (
+        WorkflowVersion.filter(workflow_id=workflow.id)
+        .order_by("number")
+        .values_list("number", "created_at")
+    )
+    return [VersionSummary(number, created_at) for number, created_at in rows]
+
+
+async def rename_workflow(project_id: str, workflow_id: str, name: str) -> Workflow:
+    """Give the workflow another name (its versions and runs are unchanged)."""
+    workflow = await get_workflow(project_id, workflow_id)
+    if name != workflow.name:
+        workflow.name = name
+        await workflow.save(update_fields=["name", "updated_at"])
+    return workflow
 
 
 async def find_version(workflow: Workflow, version: str | None) -> WorkflowVersion:

@@ -210,6 +210,10 @@ SCHEMA_WORDS: Final[dict[str, tuple[str, dict[str, str]]]] = {
             "finishedDate": f"When it finished, or null; {_TIMESTAMP}",
         },
     ),
+    "RenameWorkflowBody": (
+        "A workflow's new name.",
+        {"name": "The new name."},
+    ),
     "CreateFolderBody": (
         "A new folder.",
         {

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from libflow.api.bodies import Body, CreateWorkflowBody, PublishVersionBody, RunSyncBody
+from libflow.api.bodies import (
+    Body,
+    CreateWorkflowBody,
+    PublishVersionBody,
+    RenameWorkflowBody,
+    RunSyncBody,
+)
 from libflow.api.openapi.common import (
     AUTH_ERRORS,
     DATE,
@@ -22,7 +28,12 @@ from libflow.api.openapi.definition import EDGE_SCHEMA, definition_schema, node_
 from libflow.api.openapi.runs import EVENT_STREAM, EVENTS_DESCRIPTION
 from libflow.engine.runner import CANCELLED_STATUS_CODE
 
-WORKFLOW_BODIES: tuple[type[Body], ...] = (CreateWorkflowBody, PublishVersionBody, RunSyncBody)
+WORKFLOW_BODIES: tuple[type[Body], ...] = (
+    CreateWorkflowBody,
+    RenameWorkflowBody,
+    PublishVersionBody,
+    RunSyncBody,
+)
 WORKFLOW_SCHEMAS: dict[str, Any] = {
     "Workflow": {
         "type": "object",
@@ -30,7 +41,7 @@ WORKFLOW_SCHEMAS: dict[str, Any] = {
         "required": ["workflowId", "name", "version", "createdDate"],
         "properties": {
             "workflowId": {**STR, "description": "The workflow's id."},
-            "name": {**STR, "description": "The name it was created with."},
+            "name": {**STR, "description": "Its name (given at creation, or by a rename)."},
             "version": {
                 **STR,
                 "description": 'Its latest version: "1", "2", ... (a new one with each publish).',
@@ -47,6 +58,21 @@ WORKFLOW_SCHEMAS: dict[str, Any] = {
             "version": {**STR, "description": 'The version\'s number: "1", "2", ...'},
             "createdDate": {**DATE, "description": "When it was published."},
         },
+    },
+    "WorkflowVersionDetail": {
+        "allOf": [
+            ref("WorkflowVersion"),
+            {
+                "type": "object",
+                "required": ["definition"],
+                "properties": {
+                    "definition": {
+                        **ref("WorkflowDefinition"),
+                        "description": "The version's definition, as it was published.",
+                    },
+                },
+            },
+        ]
     },
     "WorkflowDetail": {
         "allOf": [
@@ -177,6 +203,25 @@ def workflow_operations() -> dict[str, dict[str, Any]]:
                 "parameters": workflow,
                 "responses": {
                     "200": json_response(ref("WorkflowDetail"), "the workflow"),
+                    **errors(*AUTH_ERRORS, 404),
+                },
+            },
+            "patch": {
+                "summary": "Rename a workflow",
+                "parameters": workflow,
+                "requestBody": body(RenameWorkflowBody),
+                "responses": {
+                    "200": json_response(ref("Workflow"), "the renamed workflow"),
+                    **errors(400, *AUTH_ERRORS, 404),
+                },
+            },
+        },
+        f"{WF}/{{workflowId}}/versions/{{version}}": {
+            "get": {
+                "summary": "One version of a workflow with its definition",
+                "parameters": path_params("projectId", "workflowId", "version"),
+                "responses": {
+                    "200": json_response(ref("WorkflowVersionDetail"), "the version"),
                     **errors(*AUTH_ERRORS, 404),
                 },
             },
