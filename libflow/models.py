@@ -87,7 +87,7 @@ class Folder(Model):
 
     class Meta:
         table = "folders"
-        indexes = (("project_id", "parent_id"),)
+        indexes = (("project_id", "parent_id"), ("project_id", "created_at", "id"))
 
 
 class LibraryFile(Model):

@@ -45,14 +45,17 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         ) from err
 
 
-def after_cursor(query: QuerySet[M], cursor: str, moment_field: str) -> QuerySet[M]:
-    """``query`` (newest first by ``moment_field``, then by id) from just after the row the
-    cursor names; VALIDATION_ERROR for a cursor this API did not write."""
+def after_cursor(
+    query: QuerySet[M], cursor: str, moment_field: str, *, oldest_first: bool = False
+) -> QuerySet[M]:
+    """``query`` (newest first by ``moment_field``, then by id; or oldest first) from just
+    after the row the cursor names; VALIDATION_ERROR for a cursor this API did not write."""
     moment, last_id = decode_cursor(cursor)
-    up_to: dict[str, Any] = {f"{moment_field}__lte": moment}
-    before: dict[str, Any] = {f"{moment_field}__lt": moment}
+    ahead, past = ("gte", "gt") if oldest_first else ("lte", "lt")
+    up_to: dict[str, Any] = {f"{moment_field}__{ahead}": moment}
+    beyond: dict[str, Any] = {f"{moment_field}__{past}": moment}
     # The first bound lets the index seek to the cursor; the second breaks ties.
-    return query.filter(Q(**up_to), Q(**before) | Q(id__lt=last_id))
+    return query.filter(Q(**up_to), Q(**beyond) | Q(**{f"id__{past}": last_id}))
 
 
 def page_and_cursor(

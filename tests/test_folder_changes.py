@@ -9,7 +9,7 @@ import pytest
 
 from libflow.library import files, folders
 from libflow.models import Folder
-from tests.conftest import Api, create_record, new_project
+from tests.conftest import Api, create_record, linked_pages, new_project
 from tests.library_helpers import assert_error, detail_fields
 
 
@@ -215,3 +215,19 @@ async def test_folders_nest_at_most_64_deep_made_or_moved(api: Api) -> None:
     response = await api.call("PATCH", f"/dirs/{loose['id']}", json={"parent": parent})
     await assert_error(response, 400, "VALIDATION_ERROR")
     assert (await listed(api))[-1] == loose  # not moved
+
+
+async def test_folders_are_paged_oldest_first_by_link(shaped_api: Api) -> None:
+    made = [await make_folder(shaped_api, f"f{n}") for n in range(5)]
+    path = f"/api/publicv1/projects/{shaped_api.project_id}/library/dirs?limit=2"
+    pages = await linked_pages(shaped_api, path)
+    assert [len(page) for page in pages] == [2, 2, 1]
+    assert [folder for page in pages for folder in page] == made
+
+
+async def test_a_folder_page_with_a_bad_limit_or_cursor_is_400(api: Api) -> None:
+    await make_folder(api, "only")
+    for params in ({"limit": "0"}, {"limit": "1001"}, {"cursor": "not-a-cursor"}):
+        response = await api.call("GET", "/dirs", params=params)
+        error = await assert_error(response, 400, "VALIDATION_ERROR")
+        assert detail_fields(error) == set(params)

@@ -36,8 +36,14 @@ def _project(request: web.Request) -> str:
 
 @routes.get(f"{PREFIX}/dirs")
 async def list_folders(request: web.Request) -> web.Response:
-    """List the project's folders."""
-    return json_response([folder_json(f) for f in await folders.list_folders(_project(request))])
+    """The project's folders, oldest first; a Link header points at the next page."""
+    limit = query_limit(request, default=MAX_PAGE, maximum=MAX_PAGE)
+    page, next_cursor = await folders.list_folders(
+        _project(request), limit=limit, cursor=request.query.get("cursor")
+    )
+    return page_response(
+        request, [folder_json(f) for f in page], limit=limit, next_cursor=next_cursor
+    )
 
 
 @routes.post(f"{PREFIX}/dirs")

@@ -38,8 +38,8 @@ class Library:
     # Folders
 
     async def folders(self) -> list[Folder]:
-        """Every folder of the project."""
-        return cast(list[Folder], (await self._t.call("GET", self._url("/dirs"))).body)
+        """Every folder of the project, oldest first, all pages read."""
+        return [folder async for folder in pages(self._t, self._url("/dirs"))]
 
     async def create_folder(self, name: str, parent: str = "root") -> Folder:
         """A new folder under ``parent`` (a folder id or "root")."""

@@ -87,6 +87,18 @@ export async function page(path, options) {
   return { items: await response.json(), next: nextLink(response) };
 }
 
+// The project's folders, every page of them up to `most` (a select of more helps no one).
+export async function allFolders(signal, most = 10_000) {
+  const folders = [];
+  let next = "/library/dirs";
+  while (next && folders.length < most) {
+    const result = await page(next, { signal });
+    folders.push(...result.items);
+    next = result.next;
+  }
+  return folders;
+}
+
 export function nextLink(response) {
   const header = response.headers.get("Link") || "";
   const match = header.match(/<([^>]+)>\s*;\s*rel="?next"?/);

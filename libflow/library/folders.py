@@ -18,6 +18,7 @@ from tortoise.transactions import in_transaction
 from libflow.errors import FolderNotEmpty, NotFound, ValidationFailed
 from libflow.ids import possible_id, utcnow
 from libflow.models import Folder, LibraryFile, Project
+from libflow.paging import after_cursor, page_and_cursor
 
 ROOT = "root"
 # How deep folders nest. It bounds the walk up a folder's parents that a create or a
@@ -26,9 +27,15 @@ ROOT = "root"
 MAX_FOLDER_DEPTH = 64
 
 
-async def list_folders(project_id: str) -> list[Folder]:
-    """Every folder of the project, oldest first."""
-    return await Folder.filter(project_id=project_id).order_by("created_at", "id")
+async def list_folders(
+    project_id: str, *, limit: int, cursor: str | None = None
+) -> tuple[list[Folder], str | None]:
+    """One page of the project's folders, oldest first, and the next page's cursor if any."""
+    query = Folder.filter(project_id=project_id)
+    if cursor:
+        query = after_cursor(query, cursor, "created_at", oldest_first=True)
+    found = await query.order_by("created_at", "id").limit(limit + 1)
+    return page_and_cursor(found, limit, lambda folder: folder.created_at)
 
 
 async def find_folder(

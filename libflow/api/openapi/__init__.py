@@ -156,11 +156,18 @@ def _operations() -> dict[str, dict[str, Any]]:
     return {
         f"{LIB}/dirs": {
             "get": {
-                "summary": "List folders",
-                "parameters": project,
+                "summary": "List folders, oldest first",
+                "parameters": [
+                    *project,
+                    limit_param(1000),
+                    {"name": "cursor", "in": "query", "required": False, "schema": STR},
+                ],
                 "responses": {
-                    "200": json_response({"type": "array", "items": ref("Folder")}, "folders"),
-                    **errors(*AUTH_ERRORS),
+                    "200": {
+                        **json_response({"type": "array", "items": ref("Folder")}, "folders"),
+                        "headers": LINK_NEXT,
+                    },
+                    **errors(400, *AUTH_ERRORS),
                 },
             },
             "post": {
