@@ -19,6 +19,8 @@ from libflow.errors import ValidationFailed
 from libflow.ids import possible_id
 
 M = TypeVar("M", bound=Model)
+# The most rows a page of a list holds (and its default, for most lists).
+MAX_PAGE = 1000
 
 
 def encode_cursor(moment: datetime, record_id: str) -> str:

@@ -22,10 +22,10 @@ from libflow.errors import ValidationFailed
 from libflow.ids import iso
 from libflow.library import file_changes, files, folders, passages, search
 from libflow.library.vectors import PassageFilter
+from libflow.paging import MAX_PAGE
 
 routes = web.RouteTableDef()
 PREFIX = "/api/publicv1/projects/{projectId}/library"
-MAX_PAGE = 1000
 MAX_SEARCH_RESULTS = 100
 DEFAULT_CHUNK_PAGE = 100
 

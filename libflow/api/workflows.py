@@ -14,13 +14,15 @@ from libflow.api.bodies import (
     RenameWorkflowBody,
     RunSyncBody,
     parse_body,
+    query_limit,
 )
-from libflow.api.responses import json_response
+from libflow.api.responses import json_response, page_response
 from libflow.api.runs import finished_record
 from libflow.api.sse import stream_events, wants_events
 from libflow.engine import NodeServices
 from libflow.ids import iso, new_ordered_id
 from libflow.models import Workflow, WorkflowVersion
+from libflow.paging import MAX_PAGE
 from libflow.workflows import runs, versions
 from libflow.workflows.run_watch import watch_run
 from libflow.workflows.versions import RunTarget, VersionSummary
@@ -68,9 +70,13 @@ async def create_workflow(request: web.Request) -> web.Response:
 
 @routes.get(PREFIX)
 async def list_workflows(request: web.Request) -> web.Response:
-    """The project's workflows, newest first."""
-    return json_response(
-        [workflow_json(w) for w in await versions.list_workflows(_project(request))]
+    """The project's workflows, newest first; a Link header points at the next page."""
+    limit = query_limit(request, default=MAX_PAGE, maximum=MAX_PAGE)
+    page, next_cursor = await versions.list_workflows(
+        _project(request), limit=limit, cursor=request.query.get("cursor")
+    )
+    return page_response(
+        request, [workflow_json(w) for w in page], limit=limit, next_cursor=next_cursor
     )
 
 

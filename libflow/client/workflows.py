@@ -157,8 +157,8 @@ class Workflows:
         await self._t.call("DELETE", url, expect_json=False)
 
     async def list(self) -> list[Workflow]:
-        """Every workflow of the project, with its latest version."""
-        return cast(list[Workflow], (await self._t.call("GET", self._t.api_url(self._base))).body)
+        """Every workflow of the project, newest first, with its latest version (all pages)."""
+        return [workflow async for workflow in pages(self._t, self._t.api_url(self._base))]
 
 
 class Runs:

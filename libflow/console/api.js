@@ -87,16 +87,17 @@ export async function page(path, options) {
   return { items: await response.json(), next: nextLink(response) };
 }
 
-// The project's folders, every page of them up to `most` (a select of more helps no one).
-export async function allFolders(signal, most = 10_000) {
-  const folders = [];
-  let next = "/library/dirs";
-  while (next && folders.length < most) {
+// Every item of a paged list (folders, workflows), up to `most`: a select of more helps
+// no one.
+export async function allItems(path, signal, most = 10_000) {
+  const items = [];
+  let next = path;
+  while (next && items.length < most) {
     const result = await page(next, { signal });
-    folders.push(...result.items);
+    items.push(...result.items);
     next = result.next;
   }
-  return folders;
+  return items;
 }
 
 export function nextLink(response) {

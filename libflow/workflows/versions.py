@@ -16,6 +16,7 @@ from libflow.engine import InvalidWorkflow, WorkflowDefinition, parse_definition
 from libflow.errors import NotFound
 from libflow.ids import possible_id, version_number
 from libflow.models import Workflow, WorkflowVersion
+from libflow.paging import after_cursor, page_and_cursor
 
 # Node types that run another workflow of the project.
 CALL_TYPES = frozenset({"call_workflow", "map"})
@@ -98,9 +99,15 @@ async def publish_version(
     raise IntegrityError("could not allocate a version number")
 
 
-async def list_workflows(project_id: str) -> list[Workflow]:
-    """The project's workflows, newest first."""
-    return await Workflow.filter(project_id=project_id).order_by("-created_at", "-id")
+async def list_workflows(
+    project_id: str, *, limit: int, cursor: str | None = None
+) -> tuple[list[Workflow], str | None]:
+    """One page of the project's workflows, newest first, and the next page's cursor."""
+    query = Workflow.filter(project_id=project_id)
+    if cursor:
+        query = after_cursor(query, cursor, "created_at")
+    found = await query.order_by("-created_at", "-id").limit(limit + 1)
+    return page_and_cursor(found, limit, lambda workflow: workflow.created_at)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,12 +15,14 @@ from libflow.api.openapi.common import (
     AUTH_ERRORS,
     DATE,
     ERROR,
+    LINK_NEXT,
     OBJECT,
     STR,
     WF,
     body,
     errors,
     json_response,
+    limit_param,
     path_params,
     ref,
 )
@@ -180,10 +182,17 @@ def workflow_operations() -> dict[str, dict[str, Any]]:
         WF: {
             "get": {
                 "summary": "List the project's workflows, newest first",
-                "parameters": project,
+                "parameters": [
+                    *project,
+                    limit_param(1000),
+                    {"name": "cursor", "in": "query", "required": False, "schema": STR},
+                ],
                 "responses": {
-                    "200": json_response({"type": "array", "items": ref("Workflow")}, "workflows"),
-                    **errors(*AUTH_ERRORS),
+                    "200": {
+                        **json_response({"type": "array", "items": ref("Workflow")}, "workflows"),
+                        "headers": LINK_NEXT,
+                    },
+                    **errors(400, *AUTH_ERRORS),
                 },
             },
             "post": {

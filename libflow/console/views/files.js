@@ -1,7 +1,7 @@
 // Files: the list with thumbnails and live processing state, drag-and-drop upload, one
 // file's record, metadata and chunks.
 
-import { allFolders, get, json, page, request, signedUrl, uploadFile } from "../api.js";
+import { allItems, get, json, page, request, signedUrl, uploadFile } from "../api.js";
 import {
   announce, badge, busy, definitionList, errorBox, errorMessage, field, formatBytes,
   formatDate, h, replace, select, viewHeader,
@@ -16,7 +16,7 @@ const thumbnails = new Map(); // fileId -> object URL of its thumbnail, for this
 export async function render(root, { id, query, signal }) {
   if (id) return renderFile(root, id, signal);
   const folder = query.get("dir") || "";
-  const folders = await allFolders(signal);
+  const folders = await allItems("/library/dirs", signal);
   const list = h("ul", { class: "file-list", "aria-label": "Files" });
   const uploads = h("ul", { class: "uploads", "aria-label": "Uploads" });
   const more = h("div");

@@ -1,6 +1,6 @@
 // Runs: the list with its filters, and one run with its node timings (live while it runs).
 
-import { get, page, request, runEvents } from "../api.js";
+import { allItems, get, page, request, runEvents } from "../api.js";
 import {
   announce, badge, busy, cell, definitionList, duration, errorBox, field, formatDate, formatMs,
   h, jsonBlock, replace, select, shortId, tableOf, viewHeader,
@@ -13,7 +13,7 @@ const PAGE = 50;
 
 export async function render(root, { id, query, signal }) {
   if (id) return renderRun(root, id, signal);
-  const workflows = await get("/workflows", { signal });
+  const workflows = await allItems("/workflows", signal);
   const names = new Map(workflows.map((w) => [w.workflowId, w.name]));
   const filters = Object.fromEntries(FILTERS.map((name) => [name, query.get(name) || ""]));
   const form = filterForm(filters, workflows);

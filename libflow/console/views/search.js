@@ -1,10 +1,10 @@
 // Search: passages of the library with their file, page and scores.
 
-import { allFolders, get, json } from "../api.js";
+import { allItems, get, json } from "../api.js";
 import { errorBox, field, h, replace, select, viewHeader } from "../ui.js";
 
 export async function render(root, { query, signal }) {
-  const folders = await allFolders(signal);
+  const folders = await allItems("/library/dirs", signal);
   const text = h("input", { type: "search", name: "q", required: true, value: query.get("q") || "", autocomplete: "off" });
   const mode = select("mode", [["hybrid", "Hybrid"], ["keyword", "Keyword"], ["semantic", "Semantic"]], query.get("mode") || "hybrid");
   const limit = h("input", { type: "number", name: "limit", min: 1, max: 100, value: query.get("limit") || "10" });

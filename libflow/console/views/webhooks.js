@@ -1,6 +1,6 @@
 // Webhooks: every workflow's webhooks, and one webhook's deliveries with replay.
 
-import { get, json, request } from "../api.js";
+import { allItems, get, json, request } from "../api.js";
 import {
   announce, badge, busy, cell, copyButton, definitionList, errorBox, field, formatDate, h, replace,
   select, shortId, tableOf, viewHeader,
@@ -10,7 +10,7 @@ const CONCURRENCY = 4;
 
 export async function render(root, { id, query, signal }) {
   if (id) return renderWebhook(root, id, signal);
-  const workflows = await get("/workflows", { signal });
+  const workflows = await allItems("/workflows", signal);
   const only = query.get("workflowId");
   const shown = only ? workflows.filter((w) => w.workflowId === only) : workflows;
   const lists = await inBatches(shown, (w) => get(`/workflows/${encodeURIComponent(w.workflowId)}/webhooks`, { signal }));

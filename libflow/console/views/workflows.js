@@ -1,7 +1,7 @@
 // Workflows: the list, one workflow's graph, versions and definition, and a run form whose
 // run streams in live (runsync with Accept: text/event-stream).
 
-import { get, json, request, runEvents } from "../api.js";
+import { allItems, get, json, request, runEvents } from "../api.js";
 import { clearStates, drawGraph, setNodeState } from "../graph.js";
 import {
   announce, badge, busy, cell, errorBox, field, formatDate, formatMs, h, jsonBlock, replace,
@@ -24,7 +24,7 @@ const EXAMPLE = {
 
 export async function render(root, { id, signal }) {
   if (id) return renderWorkflow(root, id, signal);
-  const workflows = await get("/workflows", { signal });
+  const workflows = await allItems("/workflows", signal);
   const rows = workflows.map((w) => h("tr", {},
     cell("Name", h("a", { href: `#/workflows/${encodeURIComponent(w.workflowId)}` }, w.name)),
     cell("Version", w.version),
