@@ -1,7 +1,7 @@
 // The console's shell: sign-in, the views' navigation, and a hash router (#/view/id?query).
 
 import { ApiError, json, session } from "./api.js";
-import { announce, clearErrorToasts, errorBox, field, h, replace } from "./ui.js";
+import { clearErrorToasts, errorBox, field, h, replace } from "./ui.js";
 import * as files from "./views/files.js";
 import * as runs from "./views/runs.js";
 import * as search from "./views/search.js";
@@ -26,13 +26,13 @@ function showChrome(signedIn) {
   document.getElementById("who-project").textContent = signedIn ? session.project : "";
 }
 
-async function route() {
+async function route(signInMessage) {
   current?.abort();
   current = new AbortController();
   clearErrorToasts();
   if (!session.signedIn) {
     showChrome(false);
-    return signIn();
+    return signIn(signInMessage);
   }
   showChrome(true);
   const { view, id, query } = parseHash();
@@ -105,8 +105,8 @@ function signIn(message) {
 window.addEventListener("libflow:unauthorized", () => {
   if (!session.signedIn || signingIn) return;
   session.clear();
-  announce("Your API key was refused: sign in again.", "error");
-  route();
+  // On the sign-in form itself: a toast would be cleared by the route to it.
+  route("Your API key was refused (unknown, or revoked): sign in again.");
 });
 
 document.getElementById("sign-out").addEventListener("click", () => {
@@ -114,5 +114,5 @@ document.getElementById("sign-out").addEventListener("click", () => {
   route();
 });
 
-window.addEventListener("hashchange", route);
+window.addEventListener("hashchange", () => route());
 route();

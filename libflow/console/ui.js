@@ -47,6 +47,18 @@ export function select(name, options, value) {
     options.map(([optionValue, text]) => h("option", { value: optionValue, selected: optionValue === value }, text)));
 }
 
+// Folders as a select offers them: each by its path ("Reports / 2026 / Q1"), in path order,
+// so that nested and same-named folders can be told apart.
+export function folderChoices(folders) {
+  const byId = new Map(folders.map((folder) => [folder.id, folder]));
+  const pathOf = (folder) => {
+    const names = [];
+    for (let at = folder, depth = 0; at && depth < 64; at = byId.get(at.parent), depth++) names.unshift(at.name);
+    return names.join(" / ");
+  };
+  return folders.map((folder) => [folder.id, pathOf(folder)]).sort((a, b) => a[1].localeCompare(b[1]));
+}
+
 export function formatBytes(bytes) {
   if (bytes === null || bytes === undefined) return "";
   const units = ["B", "KB", "MB", "GB", "TB"];
@@ -73,7 +85,8 @@ export function duration(startIso, endIso) {
   return new Date(endIso) - new Date(startIso);
 }
 
-export const shortId = (id) => (id && id.length > 10 ? `${id.slice(0, 8)}…` : id);
+// The end of an id: run ids begin with their time, so runs started together share a start.
+export const shortId = (id) => (id && id.length > 10 ? `…${id.slice(-8)}` : id);
 
 export function badge(status, text = status) {
   return h("span", { class: `badge badge-${String(status).replace(/[^a-z_]/gi, "")}` }, text);
@@ -89,27 +102,35 @@ export function definitionList(pairs) {
       .map(([term, value]) => [h("dt", {}, term), h("dd", {}, value)]));
 }
 
-export function errorMessage(error) {
+export function errorMessage(error, { withProblems = true } = {}) {
   if (error?.name === "AbortError") return null;
   const code = error?.code ? `${error.code}: ` : "";
-  return `${code}${error?.message || error}${problemsOf(error?.details)}`;
+  const message = String(error?.message || error);
+  const problems = withProblems ? problemsOf(error?.details, message) : [];
+  return `${code}${message}${problems.length ? ` (${problems.join("; ")})` : ""}`;
 }
 
-// What `details` says of each field or input ("metadata.a: must be a string, ..."): the
-// message alone names the fields, not what is wrong with them.
-function problemsOf(details) {
-  if (!Array.isArray(details)) return "";
-  const problems = details
+// What `details` says of each field, input or node ("metadata.a: must be a string"): the
+// message alone may name the fields, not what is wrong with them. Those the message
+// already says (a refused body's message names its first problems) are not said twice.
+function problemsOf(details, message = "") {
+  if (!Array.isArray(details)) return [];
+  return details
     .filter((detail) => detail && typeof detail.problem === "string")
     .map((detail) => {
-      const name = detail.field ?? detail.input;
+      const name = detail.field ?? detail.input ?? detail.node;
       return name ? `${name}: ${detail.problem}` : detail.problem;
-    });
-  return problems.length ? ` (${problems.join("; ")})` : "";
+    })
+    .filter((problem) => !message.includes(problem));
 }
 
-export function errorBox(error) {
-  return h("p", { class: "error", role: "alert" }, errorMessage(error));
+// The error in a line; with `listed`, its problems each on a line of their own below it
+// (a definition refused for ten problems).
+export function errorBox(error, { listed = false } = {}) {
+  const line = h("p", { class: "error", role: "alert" }, errorMessage(error, { withProblems: !listed }));
+  if (!listed) return line;
+  const problems = problemsOf(error?.details, String(error?.message || ""));
+  return h("div", {}, line, problems.length ? h("ul", { class: "error" }, problems.map((p) => h("li", {}, p))) : null);
 }
 
 // A short message for everyone: shown, and read out by the live region it is written to.

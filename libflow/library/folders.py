@@ -143,16 +143,16 @@ async def delete_folder(project_id: str, folder_id: str) -> None:
     files = await LibraryFile.filter(folder_id=folder.id).count()
     folders = await Folder.filter(parent_id=folder.id).count()
     if files or folders:
-        raise _not_empty(folder_id, files, folders)
+        raise _not_empty(folder.name, files, folders)
     try:
         await Folder.filter(id=folder.id).delete()
     except IntegrityError as err:  # something was put into it since the counts
-        raise _not_empty(folder_id, None, None) from err
+        raise _not_empty(folder.name, None, None) from err
 
 
-def _not_empty(folder_id: str, files: int | None, folders: int | None) -> FolderNotEmpty:
+def _not_empty(name: str, files: int | None, folders: int | None) -> FolderNotEmpty:
     holds = "files or folders" if files is None else f"{files} file(s) and {folders} folder(s)"
     return FolderNotEmpty(
-        f"folder {folder_id!r} holds {holds}: move or delete them first",
+        f"the folder {name!r} holds {holds}: move or delete them first",
         details={"files": files, "folders": folders},
     )

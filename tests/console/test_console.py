@@ -251,6 +251,71 @@ def test_a_folder_is_renamed_and_deleted_only_when_empty(page: Page, console: Co
     assert status == 404
 
 
+def test_a_file_opened_while_it_processes_shows_its_passages_when_done(
+    page: Page, console: Console
+) -> None:
+    file_id = upload(console, "long.pdf", fixture_bytes("hundred_pages.pdf"), "pdf")
+    sign_in(page, console, f"#/files/{file_id}")
+    passages = page.get_by_role("region", name="Passages")
+    # Opened while it processes (a hundred pages take seconds): nothing indexed yet.
+    expect(page.locator(".facts")).to_contain_text(re.compile("queued|processing"))
+    expect(passages.locator("article, li, p").first).to_be_visible()
+    processed(console, file_id)
+    expect(passages).to_contain_text("page 1", timeout=PROCESSING_TIMEOUT_MS)
+
+
+def test_a_key_the_server_refuses_while_signed_in_says_so_on_the_sign_in_form(
+    page: Page, console: Console
+) -> None:
+    sign_in(page, console)
+    page.evaluate("sessionStorage.setItem('libflow.apiKey', 'lf_not_a_key_anymore')")
+    page.evaluate("location.hash = '#/search'")  # its next call is refused
+    expect(page.get_by_role("heading", name="Sign in to libflow")).to_be_visible()
+    expect(page.get_by_role("alert")).to_contain_text("Your API key was refused")
+
+
+def test_a_new_webhook_joins_the_list_and_a_failed_deliverys_error_reads_as_words(
+    page: Page, console: Console
+) -> None:
+    workflow_id = create_workflow(
+        console,
+        "fails on delivery",
+        {
+            "nodes": [
+                {"id": "start", "type": "event", "event": "webhook"},
+                {"id": "boom", "type": "fail", "message": "amount too large"},
+            ],
+            "edges": [{"from": "start", "to": "boom"}],
+        },
+    )
+    sign_in(page, console, f"#/webhooks?workflowId={workflow_id}")
+    page.get_by_text("New webhook").click()
+    page.get_by_role("button", name="Create webhook").click()
+    expect(page.get_by_text("Signing secret")).to_be_visible()
+    table = page.get_by_role("table", name="Webhooks")
+    expect(table.get_by_role("link", name="fails on delivery")).to_be_visible()
+
+    [hook] = call(console, "GET", f"/workflows/{workflow_id}/webhooks")
+    secret = call(console, "POST", f"/webhooks/{hook['webhookId']}/rotate")["secret"]
+    body = b'{"amount": 1000}'
+    delivered = urllib.request.Request(
+        hook["url"],
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json", **standard_headers(secret, body)},
+    )
+    with urllib.request.urlopen(delivered, timeout=30) as reply:
+        assert reply.status == 200
+    wait_for(
+        lambda: call(console, "GET", f"/webhooks/{hook['webhookId']}/deliveries")[0]["error"],
+        30,
+        "the delivery did not fail",
+    )
+    page.goto(console.url + f"#/webhooks/{hook['webhookId']}")
+    deliveries = page.get_by_role("table", name="Deliveries, newest first")
+    expect(deliveries).to_contain_text("NODE_FAILED in boom: amount too large")
+
+
 def test_a_files_type_is_the_one_it_was_uploaded_as_whatever_its_name(
     page: Page, console: Console
 ) -> None:

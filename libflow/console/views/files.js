@@ -3,7 +3,7 @@
 
 import { allItems, get, json, page, request, signedUrl, uploadFile } from "../api.js";
 import {
-  announce, badge, busy, definitionList, errorBox, errorMessage, field, formatBytes,
+  announce, badge, busy, definitionList, errorBox, errorMessage, field, folderChoices, formatBytes,
   formatDate, h, replace, select, viewHeader,
 } from "../ui.js";
 
@@ -23,7 +23,7 @@ export async function render(root, { id, query, signal }) {
   const watcher = new ProcessingWatcher(signal);
 
   const folderSelect = select("dir", [["", "All folders"], ["root", "Top level (root)"],
-    ...folders.map((f) => [f.id, f.name])], folder);
+    ...folderChoices(folders)], folder);
   folderSelect.addEventListener("change", () => { location.hash = folderSelect.value ? `#/files?dir=${encodeURIComponent(folderSelect.value)}` : "#/files"; });
   const picker = h("input", { type: "file", multiple: true, class: "sr-only", id: "file-picker" });
   picker.addEventListener("change", () => { startUploads([...picker.files]); picker.value = ""; });
@@ -171,7 +171,11 @@ function fileRow(record, watcher) {
       h("a", { href: `#/files/${encodeURIComponent(record.id)}`, class: "name" }, record.name),
       meta),
     status,
-    h("div", { class: "actions" }, fileActions(record, () => row.remove())));
+    h("div", { class: "actions" }, fileActions(record, () => {
+      const list = row.parentElement;
+      row.remove();
+      if (list && !list.children.length) list.append(h("li", { class: "empty muted" }, "No files yet."));
+    })));
   const show = (current) => {
     replace(meta, `${typeName(current)} · ${formatBytes(current.size)} · `, formatDate(current.createdDate));
     replace(status, statusOf(current));
@@ -304,8 +308,12 @@ function fileActions(record, onDeleted) {
 async function renderFile(root, id, signal) {
   const path = `/library/files/${encodeURIComponent(id)}`;
   const record = await get(path, { signal });
+  const folder = record.dir === "root" ? null
+    : await get(`/library/dirs/${encodeURIComponent(record.dir)}`, { signal }).catch(() => null);
   const thumb = h("div", { class: "thumb large" }, typeIcon(record));
   const facts = h("div");
+  const chunks = h("section", { "aria-labelledby": "chunks-title" }, h("h2", { id: "chunks-title" }, "Passages"));
+  let processingWhenOpened = Boolean(record.updating);
   const show = (current) => {
     const processing = current.processing || {};
     replace(facts, definitionList([
@@ -314,7 +322,8 @@ async function renderFile(root, id, signal) {
       ["Warning", processing.warning],
       ["Type", current.type],
       ["Size", formatBytes(current.size)],
-      ["Folder", current.dir],
+      ["Folder", h("a", { href: `#/files?dir=${encodeURIComponent(current.dir)}` },
+        current.dir === "root" ? "Top level (root)" : folder?.name ?? current.dir)],
       ["Pages", processing.pages],
       ["Passages", processing.chunks],
       ["Searchable", current.searchable === undefined ? null : current.searchable ? "yes" : "no"],
@@ -327,10 +336,15 @@ async function renderFile(root, id, signal) {
           .map(([step, at]) => h("li", {}, `${step} `, h("time", { datetime: at, title: at }, new Date(at).toLocaleTimeString())))) : null],
     ]));
     if (!current.updating && current.thumbnail) loadThumbnail(current, thumb);
+    if (processingWhenOpened && !current.updating) {
+      // Processing ended while the page was open: its passages are new.
+      processingWhenOpened = false;
+      replace(chunks, h("h2", { id: "chunks-title" }, "Passages"));
+      loadChunks(chunks, `${path}/chunks`, signal).catch((error) => chunks.append(errorBox(error)));
+    }
   };
   show(record);
   if (record.updating) new ProcessingWatcher(signal).watch(id, show);
-  const chunks = h("section", { "aria-labelledby": "chunks-title" }, h("h2", { id: "chunks-title" }, "Passages"));
   replace(root,
     viewHeader(record.name, h("a", { href: "#/files" }, "All files")),
     h("div", { class: "file-detail" }, thumb, facts),

@@ -1,14 +1,14 @@
 // Search: passages of the library with their file, page and scores.
 
 import { allItems, get, json } from "../api.js";
-import { errorBox, field, h, replace, select, viewHeader } from "../ui.js";
+import { errorBox, field, folderChoices, h, replace, select, viewHeader } from "../ui.js";
 
 export async function render(root, { query, signal }) {
   const folders = await allItems("/library/dirs", signal);
   const text = h("input", { type: "search", name: "q", required: true, value: query.get("q") || "", autocomplete: "off" });
   const mode = select("mode", [["hybrid", "Hybrid"], ["keyword", "Keyword"], ["semantic", "Semantic"]], query.get("mode") || "hybrid");
   const limit = h("input", { type: "number", name: "limit", min: 1, max: 100, value: query.get("limit") || "10" });
-  const folder = select("dir", [["", "All folders"], ...folders.map((f) => [f.id, f.name])], query.get("dir") || "");
+  const folder = select("dir", [["", "All folders"], ["root", "Top level (root)"], ...folderChoices(folders)], query.get("dir") || "");
   const results = h("section", { "aria-labelledby": "results-title", "aria-live": "polite" });
   const form = h("form", { class: "search-form", role: "search" },
     field("Search the library", text),

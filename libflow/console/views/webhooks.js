@@ -14,17 +14,26 @@ export async function render(root, { id, query, signal }) {
   const only = query.get("workflowId");
   const shown = only ? workflows.filter((w) => w.workflowId === only) : workflows;
   const lists = await inBatches(shown, (w) => get(`/workflows/${encodeURIComponent(w.workflowId)}/webhooks`, { signal }));
-  const rows = shown.flatMap((workflow, i) => lists[i].map((hook) => h("tr", {},
+  const names = new Map(workflows.map((w) => [w.workflowId, w.name]));
+  const row = (hook) => h("tr", {},
     cell("Webhook", h("a", { href: `#/webhooks/${encodeURIComponent(hook.webhookId)}`, class: "mono" }, shortId(hook.webhookId))),
-    cell("Workflow", h("a", { href: `#/workflows/${encodeURIComponent(workflow.workflowId)}` }, workflow.name)),
+    cell("Workflow", h("a", { href: `#/workflows/${encodeURIComponent(hook.workflowId)}` }, names.get(hook.workflowId) || hook.workflowId)),
     cell("Scheme", hook.scheme),
     cell("Event", hook.event),
-    cell("Created", formatDate(hook.createdDate)))));
+    cell("Created", formatDate(hook.createdDate)));
+  const rows = shown.flatMap((workflow, i) => lists[i].map((hook) => row({ ...hook, workflowId: workflow.workflowId })));
+  const list = h("div", {}, rows.length ? tableOf("Webhooks", ["Webhook", "Workflow", "Scheme", "Event", "Created"], rows)
+    : h("p", { class: "muted" }, "No webhooks yet."));
+  // A new webhook joins the list at once: re-rendering would lose its secret, shown once.
+  const added = (hook) => {
+    const body = list.querySelector("tbody");
+    if (body) body.prepend(row(hook));
+    else replace(list, tableOf("Webhooks", ["Webhook", "Workflow", "Scheme", "Event", "Created"], [row(hook)]));
+  };
   replace(root,
     viewHeader("Webhooks", only ? h("a", { href: "#/webhooks" }, "All workflows' webhooks") : null),
-    rows.length ? tableOf("Webhooks", ["Webhook", "Workflow", "Scheme", "Event", "Created"], rows)
-      : h("p", { class: "muted" }, "No webhooks yet."),
-    workflows.length ? createForm(workflows, only) : h("p", { class: "muted" }, "Create a workflow first: webhooks start its runs."));
+    list,
+    workflows.length ? createForm(workflows, only, added) : h("p", { class: "muted" }, "Create a workflow first: webhooks start its runs."));
 }
 
 async function inBatches(items, work) {
@@ -46,7 +55,7 @@ function secretNotice(hook) {
     h("p", {}, h("code", { class: "wrap" }, hook.secret), " ", copyButton(hook.secret, "Copy secret")));
 }
 
-function createForm(workflows, only) {
+function createForm(workflows, only, added) {
   const workflow = select("workflowId", workflows.map((w) => [w.workflowId, w.name]), only || workflows[0].workflowId);
   const scheme = select("scheme", [["standard", "Standard Webhooks"], ["github", "GitHub"], ["stripe", "Stripe"]], "standard");
   const event = h("input", { name: "event", value: "webhook", required: true });
@@ -62,6 +71,7 @@ function createForm(workflows, only) {
               body: { scheme: scheme.value, event: event.value },
             });
             replace(status, secretNotice(hook), h("p", {}, h("a", { href: `#/webhooks/${encodeURIComponent(hook.webhookId)}` }, "Open the new webhook")));
+            added(hook);
           } catch (error) {
             replace(status, errorBox(error));
           }
@@ -84,7 +94,7 @@ async function renderWebhook(root, id, signal) {
       cell("Status", badge(delivery.status)),
       cell("Attempts", delivery.attempts),
       cell("Run", delivery.runId ? h("a", { href: `#/runs/${encodeURIComponent(delivery.runId)}`, class: "mono" }, shortId(delivery.runId)) : ""),
-      cell("Error", delivery.error ? h("span", { class: "error" }, typeof delivery.error === "string" ? delivery.error : JSON.stringify(delivery.error)) : ""),
+      cell("Error", delivery.error ? h("span", { class: "error wrap" }, runError(delivery.error)) : ""),
       cell("Replay", h("button", {
         type: "button",
         class: "small",
@@ -128,4 +138,10 @@ async function renderWebhook(root, id, signal) {
       h("h2", { id: "deliveries-heading" }, "Deliveries"),
       rows.length ? tableOf("Deliveries, newest first", ["Received", "Sender's id", "Status", "Attempts", "Run", "Error", "Replay"], rows)
         : h("p", { class: "muted" }, "No deliveries yet.")));
+}
+
+// A run's error as the run page says it: "NODE_FAILED in boom: amount too large".
+function runError(error) {
+  if (typeof error === "string") return error;
+  return `${error.code}${error.node ? ` in ${error.node}` : ""}: ${error.message}`;
 }

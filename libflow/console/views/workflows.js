@@ -50,10 +50,6 @@ function parseDefinition(textarea, status) {
   }
 }
 
-function problems(error) {
-  return Array.isArray(error.details) ? h("ul", { class: "error" }, error.details.map((d) => h("li", {}, typeof d === "string" ? d : JSON.stringify(d)))) : null;
-}
-
 function createForm() {
   const name = h("input", { name: "name", required: true, maxlength: 200 });
   const definition = definitionInput(EXAMPLE);
@@ -65,12 +61,15 @@ function createForm() {
         replace(status);
         const parsed = parseDefinition(definition, status);
         if (!parsed) return;
-        try {
-          const created = await json("POST", "/workflows", { body: { name: name.value, definition: parsed } });
-          location.hash = `#/workflows/${encodeURIComponent(created.workflowId)}`;
-        } catch (error) {
-          replace(status, errorBox(error), problems(error));
-        }
+        // Busy while it is sent: a double click made two workflows.
+        await busy(event.submitter, async () => {
+          try {
+            const created = await json("POST", "/workflows", { body: { name: name.value, definition: parsed } });
+            location.hash = `#/workflows/${encodeURIComponent(created.workflowId)}`;
+          } catch (error) {
+            replace(status, errorBox(error, { listed: true }));
+          }
+        });
       },
     }, field("Name", name), field("Definition (JSON)", definition), status,
     h("button", { type: "submit", class: "primary" }, "Create workflow")));
@@ -236,7 +235,7 @@ function runPanel(workflowId, workflow, graph, viewSignal) {
       } catch (error) {
         if (controller.signal.aborted) return;
         setStatus("failed");
-        replace(problem, errorBox(error), problems(error));
+        replace(problem, errorBox(error, { listed: true }));
       } finally {
         runButton.disabled = false;
         cancelButton.disabled = true;
@@ -278,7 +277,7 @@ function versionsSection(path, workflow) {
               announce(`Version ${published.version} published`);
               window.dispatchEvent(new HashChangeEvent("hashchange"));
             } catch (error) {
-              replace(status, errorBox(error), problems(error));
+              replace(status, errorBox(error, { listed: true }));
             }
           });
         },
