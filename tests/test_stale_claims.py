@@ -7,6 +7,8 @@ it as old (a run or delivery left ``running`` until the next day).
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -17,10 +19,11 @@ from libflow.ids import utcnow
 from libflow.models import DeliveryStatus, WebhookDelivery, WorkflowRun
 from libflow.webhooks import inbox
 from libflow.workflows import run_queue
-from tests.conftest import Api
+from tests.conftest import Api, jobs_running
+from tests.run_helpers import start, wait_for_status
 from tests.webhook_helpers import create_webhook, deliver, deliveries_of, event_body
 from tests.webhook_helpers import standard_headers as signed
-from tests.workflow_helpers import SPEC_EXAMPLE, create, get_run
+from tests.workflow_helpers import SPEC_EXAMPLE, chain, create, get_run, output
 
 LEASE = timedelta(seconds=30)
 
@@ -79,3 +82,30 @@ async def test_a_delivery_whose_worker_died_after_its_claim_fails_interrupted(
 
     [settled] = await deliveries_of(api, webhook["webhookId"])
     assert (settled["status"], settled["error"]["code"]) == ("failed", "INTERRUPTED")
+
+
+async def test_a_run_failed_interrupted_stays_failed_when_its_process_wakes_and_ends_it(
+    shaped_api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A process paused past its lease (SIGSTOP) had its run failed INTERRUPTED by the
+    sweep; when it resumes and the run ends, that end must not overwrite the failure."""
+    api = shaped_api
+    created = await create(
+        api, chain({"id": "wait", "type": "delay", "seconds": 1}, output("done", "yes"))
+    )
+    queued = await start(api, created["workflowId"])
+    async with jobs_running(api.shape):
+        await wait_for_status(api, queued["runId"], {"running"})
+        # What the sweep writes once the run's lease has expired.
+        await WorkflowRun.filter(id=queued["runId"], status="running").update(
+            status="failed",
+            status_code=500,
+            error=run_queue.INTERRUPTED.to_json(),
+            finished_at=utcnow(),
+        )
+        deadline = time.monotonic() + 20
+        while "recorded ended: kept" not in caplog.text:  # the runner's own end, refused
+            assert time.monotonic() < deadline, "the run never ended"
+            await asyncio.sleep(0.05)
+    run = await get_run(api, queued["runId"])
+    assert (run["status"], run["error"]["code"], run["outputs"]) == ("failed", "INTERRUPTED", {})

@@ -303,8 +303,17 @@ class _RunRecorder:
     async def _write(self, db: BaseDBAsyncClient, record: WorkflowRun, *, insert: bool) -> None:
         if insert:
             await record.save(using_db=db, force_create=True)
-        else:
-            await record.save(update_fields=_END_FIELDS, using_db=db)
+        elif not await (
+            WorkflowRun.filter(id=record.id, status="running")
+            .using_db(db)
+            .update(**{name: getattr(record, name) for name in _END_FIELDS})
+        ):
+            # Ended meanwhile by another hand: this process stopped (SIGSTOP, a long pause)
+            # past its lease and the sweep failed the run INTERRUPTED. That end is final: a
+            # run seen failed must not turn succeeded later. The record (and whatever the
+            # caller writes with it) says what is stored.
+            logger.warning("run %s ended after it had been recorded ended: kept", record.id)
+            await record.refresh_from_db(using_db=db)
         if self._record_with is not None:
             await self._record_with(db, record)
 
