@@ -119,6 +119,7 @@ async def finalize_bytes_held(
         project_id=api.project_id,
         path=created["path"],
         prevent_search=False,
+        max_bytes=api.shape.settings.max_upload_bytes,
     )
     return str(created["documentId"]), held
 

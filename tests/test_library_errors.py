@@ -338,6 +338,23 @@ async def test_finalize_content_type_mismatch_is_409(s3_api: Api) -> None:
     assert record["size"] == 0
 
 
+async def test_finalize_of_s3_bytes_over_the_upload_limit_is_413_and_seals_nothing(
+    start_app: ClientFactory, scaled: Shape
+) -> None:
+    """An S3 storageLink (a presigned PUT) takes any size: finalize holds the limit."""
+    settings = scaled.settings.model_copy(update={"max_upload_bytes": len(PDF) - 1})
+    client = await start_app(settings)
+    project_id, secret = await new_project()
+    api = Api(client, scaled, project_id, secret)
+    created = await create_record(api)
+    async with put_bytes(api, created, PDF) as response:
+        assert response.status == 200, await response.text()
+    error = await assert_error(await finalize(api, created["path"]), 413, "PAYLOAD_TOO_LARGE")
+    assert f"over this server's limit of {len(PDF) - 1}" in error["message"]
+    record = await (await api.call("GET", f"/files/{created['documentId']}")).json()
+    assert (record["updating"], record["size"]) == (True, 0)
+
+
 async def test_finalize_after_reupload_with_right_content_type_succeeds(s3_api: Api) -> None:
     api = s3_api
     created = await create_record(api)

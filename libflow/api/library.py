@@ -119,6 +119,7 @@ async def finalize_upload(request: web.Request) -> web.Response:
         project_id=_project(request),
         path=body.path,
         prevent_search=body.preventSearch,
+        max_bytes=request.app[appkeys.SETTINGS].max_upload_bytes,
     )
     return json_response(file_detail_json(file))
 

@@ -15,6 +15,7 @@ from libflow.errors import (
     LibflowError,
     NotFound,
     NotReady,
+    PayloadTooLarge,
     Unavailable,
     UploadIncomplete,
     ValidationFailed,
@@ -116,8 +117,13 @@ async def finalize_upload(
     project_id: str,
     path: str,
     prevent_search: bool,
+    max_bytes: int,
 ) -> LibraryFile:
     """Check the uploaded bytes, seal them, record their size, and queue processing once.
+
+    ``max_bytes`` is the server's upload limit: the local storage refuses a larger PUT
+    itself, an S3 storageLink takes any size (a presigned PUT cannot bound it), so
+    finalize refuses what is over it.
 
     Sealing makes the bytes immutable: whatever the storageLink receives afterwards, the
     object served and processed stays the one whose size (and later sha256) is recorded.
@@ -126,7 +132,7 @@ async def finalize_upload(
     if file.finalized_at is not None and file.status != ProcessingStatus.FAILED:
         return file  # already finalized: idempotent
     info = await _uploaded(storage, file.storage_key)
-    _check_uploaded(info, file)
+    _check_uploaded(info, file, max_bytes)
     now = utcnow()
     changes: dict[str, Any] = {
         "finalized_at": now,
@@ -149,7 +155,7 @@ async def finalize_upload(
         )
     if claimed:
         try:
-            sealed = await _seal(storage, file)
+            sealed = await _seal(storage, file, max_bytes)
             if sealed.size != changes["size"]:
                 # A PUT landed between the check and the seal: the sealed bytes are the truth.
                 await LibraryFile.filter(id=file.id).update(size=sealed.size)
@@ -182,10 +188,15 @@ async def _uploaded(storage: Storage, key: str) -> ObjectInfo:
     return info
 
 
-def _check_uploaded(info: ObjectInfo, file: LibraryFile) -> None:
-    """Refuse bytes that are not the file the record describes."""
+def _check_uploaded(info: ObjectInfo, file: LibraryFile, max_bytes: int) -> None:
+    """Refuse bytes that are not the file the record describes, or over the limit."""
     if info.size == 0:
         raise EmptyUpload("the uploaded file is empty")
+    if info.size > max_bytes:
+        raise PayloadTooLarge(
+            f"the uploaded file is {info.size} bytes, over this server's limit of {max_bytes} "
+            "(LIBFLOW_MAX_UPLOAD_BYTES)"
+        )
     if not same_content_type(info.content_type, file.mime_type):
         raise ContentTypeMismatch(
             f"the bytes were uploaded as {info.content_type!r}, not {file.mime_type!r}: "
@@ -199,7 +210,7 @@ def _check_uploaded(info: ObjectInfo, file: LibraryFile) -> None:
         )
 
 
-async def _seal(storage: Storage, file: LibraryFile) -> ObjectInfo:
+async def _seal(storage: Storage, file: LibraryFile, max_bytes: int) -> ObjectInfo:
     """Seal the upload of a claimed file; the sealed object must pass the same checks."""
     try:
         sealed = await storage.seal_upload(file.storage_key)
@@ -208,7 +219,7 @@ async def _seal(storage: Storage, file: LibraryFile) -> ObjectInfo:
     if sealed is None:
         raise UploadIncomplete("the upload disappeared while it was finalized: PUT it again")
     try:
-        _check_uploaded(sealed, file)
+        _check_uploaded(sealed, file, max_bytes)
     except LibflowError:
         # What a racing PUT left is not servable: unseal it, so a new upload can be sealed.
         try:

@@ -614,6 +614,7 @@ async def finalize_through(api: Api, storage: SealHooks, path: str) -> Any:
         project_id=api.project_id,
         path=path,
         prevent_search=False,
+        max_bytes=api.shape.settings.max_upload_bytes,
     )
 
 
