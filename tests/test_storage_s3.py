@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import uuid
@@ -198,6 +199,38 @@ async def test_check_raises_when_endpoint_unreachable() -> None:
             st = S3Storage(client, "some-bucket", TEST_REGION)
             with pytest.raises(StorageError):
                 await st.check()
+
+
+async def test_a_store_that_accepts_and_never_answers_is_a_storage_error_not_a_hang() -> None:
+    """A stopped store (SIGSTOP) held a request for minutes; the read timeout ends it."""
+    done = asyncio.Event()
+    writers: list[asyncio.StreamWriter] = []
+
+    async def never_answer(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+        await done.wait()
+
+    silent = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    config = make_s3_config(connect_timeout=0.5, read_timeout=0.3)
+    try:
+        with fake_aws_credentials():
+            async with AioSession().create_client(
+                "s3",
+                endpoint_url=f"http://127.0.0.1:{port}",
+                region_name=TEST_REGION,
+                config=config,
+            ) as client:
+                st = S3Storage(client, "some-bucket", TEST_REGION)
+                async with asyncio.timeout(30):  # the test's own guard, far above 3 x 0.3 s
+                    with pytest.raises(StorageError):
+                        await st.head("any/key")
+    finally:
+        done.set()
+        for writer in writers:
+            writer.close()
+        silent.close()
+        await silent.wait_closed()
 
 
 async def test_open_fails_with_storage_error_when_endpoint_unreachable() -> None:

@@ -40,12 +40,28 @@ def _error_code(err: ClientError) -> str:
     return str(err.response.get("Error", {}).get("Code", ""))
 
 
-def make_s3_config() -> AioConfig:
-    """The client configuration libflow uses: SigV4, path-style addressing, standard retries."""
+# How long a connection and each read of an answer may take. botocore's defaults (60 s
+# each, three attempts) held an API request about four minutes on a store that accepted
+# connections and never answered; these bound it to about a minute and a half, after which
+# the caller gets 503 UNAVAILABLE. A read is one socket read, not a whole transfer: a large
+# object streams as long as bytes keep coming.
+S3_CONNECT_TIMEOUT_SECONDS = 5.0
+S3_READ_TIMEOUT_SECONDS = 30.0
+
+
+def make_s3_config(
+    *,
+    connect_timeout: float = S3_CONNECT_TIMEOUT_SECONDS,
+    read_timeout: float = S3_READ_TIMEOUT_SECONDS,
+) -> AioConfig:
+    """The client configuration libflow uses: SigV4, path-style addressing, standard retries,
+    bounded waits."""
     return AioConfig(
         signature_version="s3v4",
         s3={"addressing_style": "path"},
         retries={"max_attempts": 3, "mode": "standard"},
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
     )
 
 
