@@ -39,9 +39,9 @@ async def reembed_stale_chunks(ctx: dict[str, Any]) -> int:
     """Re-embed a batch of files another embedder indexed; queue the next batch if one is left."""
     resources = job_resources(ctx)
     done = await reembed.reembed_stale_chunks(resources.embedder)
-    if done >= reembed.FILES_PER_RUN:
+    if done.more:
         # More may be stale: the next batch now, not at the next tick half an hour away.
         await resources.jobs.enqueue(
             Job.REEMBED_STALE_CHUNKS, job_id=f"reembed_stale_chunks:{time.time_ns()}"
         )
-    return done
+    return done.files

@@ -28,6 +28,7 @@ from libflow.jobs import (
     redis_settings,
     serialize_job,
 )
+from libflow.library import reembed
 from libflow.library.processing.isolation import ChildCrashed, start_preparation_server
 from libflow.library.processing.pipeline import PROCESS_FILE_TIMEOUT
 from libflow.resources import RESOURCES, open_resources
@@ -50,6 +51,8 @@ _TIMEOUTS: dict[Job, float] = {
     # MAX_TIMEOUT_SECONDS: arq's limit only backs them up.
     Job.DELIVER_WEBHOOKS: DRAIN_SECONDS + MAX_TIMEOUT_SECONDS + 60,
     Job.RUN_WORKFLOWS: RUN_DRAIN_SECONDS + MAX_TIMEOUT_SECONDS + 60,
+    # Not arq's default 300 s: a stopped batch queued no next one (see reembed).
+    Job.REEMBED_STALE_CHUNKS: reembed.JOB_TIMEOUT_SECONDS,
 }
 # Wake-up jobs: single-use ids, no result to keep.
 _WAKE_UPS = frozenset({Job.DELIVER_WEBHOOKS, Job.RUN_WORKFLOWS})

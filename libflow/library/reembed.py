@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import dataclass
 
 import numpy as np
 from tortoise.connection import get_connection
@@ -18,17 +20,36 @@ from libflow.models import Chunk
 logger = logging.getLogger("libflow.workers.reembed")
 
 FILES_PER_RUN = 200
+# How long one call goes on taking files: a batch of 200 large files on a slow CPU took
+# longer than a job may run (arq stops it at its timeout, and the next batch was queued
+# only by a finished one: re-embedding stalled until the next tick, half an hour later).
+SECONDS_PER_RUN = 120.0
+# What a worker lets one call run: its time budget, plus the file it is in when the
+# budget runs out (a file of thousands of passages takes minutes on a CPU).
+JOB_TIMEOUT_SECONDS = SECONDS_PER_RUN + 900
 
 
-async def reembed_stale_chunks(embedder: Embedder | None) -> int:
-    """Embed again, file by file, the chunks another (or no) embedder wrote; how many files.
+@dataclass(frozen=True, slots=True)
+class ReembedPass:
+    """What one call did: how many files, and whether stale files may be left."""
+
+    files: int
+    more: bool
+
+
+async def reembed_stale_chunks(
+    embedder: Embedder | None, *, seconds: float | None = None
+) -> ReembedPass:
+    """Embed again, file by file, the chunks another (or no) embedder wrote.
 
     With pgvector, chunks whose vector is still float32 bytes (written before the extension
     was enabled) are stale too: their bytes move to the vector column, without the model.
-    At most FILES_PER_RUN files a call: a caller that gets FILES_PER_RUN back calls again.
+    At most FILES_PER_RUN files, and no file after the first once ``seconds`` (default
+    SECONDS_PER_RUN) have passed: a caller told ``more`` calls again.
     """
     if embedder is None:
-        return 0
+        return ReembedPass(0, more=False)
+    stop_at = time.monotonic() + (SECONDS_PER_RUN if seconds is None else seconds)
     in_column = await has_vector_column(get_connection("default"))
     file_ids: list[str]
     if in_column:
@@ -42,7 +63,11 @@ async def reembed_stale_chunks(embedder: Embedder | None) -> int:
             .limit(FILES_PER_RUN)
             .values_list("file_id", flat=True)
         ]
+    done = 0
     for file_id in file_ids:
+        if done and time.monotonic() >= stop_at:
+            break  # one file at least a call: a slow file cannot stall it
+        done += 1
         chunks = await Chunk.filter(file_id=file_id).order_by("seq")
         if not chunks:
             continue
@@ -65,9 +90,9 @@ async def reembed_stale_chunks(embedder: Embedder | None) -> int:
                     chunks, fields=["embedding", "embedder"], using_db=connection
                 )
             await bump_index_version(chunks[0].project_id, file_id, connection)
-    if file_ids:
-        logger.info("re-embedded %d files with %s", len(file_ids), embedder.name)
-    return len(file_ids)
+    if done:
+        logger.info("re-embedded %d files with %s", done, embedder.name)
+    return ReembedPass(done, more=done < len(file_ids) or len(file_ids) >= FILES_PER_RUN)
 
 
 def _stored_vectors(chunks: list[Chunk], embedder: Embedder) -> Vector | None:
