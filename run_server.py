@@ -17,7 +17,13 @@ from libflow.db.connection import open_database
 from libflow.event_loop import new_event_loop
 from libflow.logs import configure_logging
 from libflow.secrets.crypto import box_of, use_secret_box
-from libflow.supervisor import REQUEST_GRACE_SECONDS, bindable_port, group_slot, supervise
+from libflow.supervisor import (
+    REQUEST_GRACE_SECONDS,
+    SETTINGS_REFUSED_EXIT,
+    bindable_port,
+    group_slot,
+    supervise,
+)
 from settings import Settings, SettingsError, settings_from_env
 
 # How often a server of a group checks that its supervisor is still there.
@@ -40,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except SettingsError as err:
         print(f"libflow: {err}", file=sys.stderr)
-        return 2
+        return SETTINGS_REFUSED_EXIT
     configure_logging(settings.log_level)
     if settings.workers > 1 and group_slot() is None:
         # Once, before the servers start together: SQLite migrations take no lock.

@@ -42,6 +42,9 @@ MAX_RESTART_DELAY_SECONDS = 30.0
 # A server that lived this long died of something other than its start-up: no back-off.
 HEALTHY_AFTER_SECONDS = 10.0
 POLL_SECONDS = 0.1
+# How run_server.py exits when its settings are refused: a group then stops rather than
+# restart servers that would be refused the same way.
+SETTINGS_REFUSED_EXIT = 2
 
 
 def group_slot() -> int | None:
@@ -91,10 +94,12 @@ class Supervisor:
         self._env = dict(env)
         self._children = [_Child(slot) for slot in range(workers)]
         self._stopping = False
+        self._exit_code = 0
         self._started_at = time.time()
 
     def run(self) -> int:
-        """Serve until a stop signal; 0 once every server has exited."""
+        """Serve until a stop signal; 0 once every server has exited (2 when a server
+        refused its settings)."""
         previous = {
             sig: signal.signal(sig, self._on_stop_signal) for sig in (signal.SIGTERM, signal.SIGINT)
         }
@@ -104,7 +109,8 @@ class Supervisor:
             while not self._stopping:
                 self._reap_and_restart()
                 time.sleep(POLL_SECONDS)
-            return self._stop_all()
+            self._stop_all()
+            return self._exit_code
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -133,6 +139,18 @@ class Supervisor:
                 code = child.process.poll()
                 if code is None:
                     continue
+                if code == SETTINGS_REFUSED_EXIT:
+                    # Its settings are wrong: every restart would be refused the same way.
+                    logger.error(
+                        "server %d refused its settings (exit code %d): stopping every server",
+                        child.slot,
+                        code,
+                        extra={"pid": child.process.pid},
+                    )
+                    child.process = None
+                    self._stopping = True
+                    self._exit_code = SETTINGS_REFUSED_EXIT
+                    return
                 lived = now - child.started
                 child.delay = (
                     RESTART_DELAY_SECONDS
@@ -152,7 +170,7 @@ class Supervisor:
                 child.restarts += 1
                 self._start(child)
 
-    def _stop_all(self) -> int:
+    def _stop_all(self) -> None:
         """SIGTERM to every server; SIGKILL to those still up after STOP_TIMEOUT_SECONDS."""
         running = [child.process for child in self._children if child.process is not None]
         for process in running:
@@ -167,7 +185,6 @@ class Supervisor:
                 process.kill()
                 process.wait()
         logger.info("every server has stopped")
-        return 0
 
 
 def _exit_reason(code: int) -> str:

@@ -34,6 +34,22 @@ def _log_level(value: str) -> str:
 LogLevel = Annotated[str, AfterValidator(_log_level)]
 
 
+def _url_of(*schemes: str) -> AfterValidator:
+    """A URL whose scheme is one of ``schemes``: another is refused here, with the
+    schemes libflow takes, not by a driver's traceback at start-up."""
+
+    def check(value: str | None) -> str | None:
+        if value is not None and value.split("://", 1)[0].lower() not in schemes:
+            raise ValueError(f"must be a URL starting {' or '.join(s + '://' for s in schemes)}")
+        return value
+
+    return AfterValidator(check)
+
+
+DatabaseUrl = Annotated[str | None, _url_of("sqlite", "postgres", "postgresql")]
+RedisUrl = Annotated[str | None, _url_of("redis", "rediss", "unix")]
+
+
 class SettingsError(ValueError):
     """A setting has a value libflow cannot use."""
 
@@ -44,8 +60,8 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     data_dir: Path = Path("data")
-    database_url: str | None = None
-    redis_url: str | None = None
+    database_url: DatabaseUrl = None
+    redis_url: RedisUrl = None
     storage: Literal["local", "s3"] = "local"
     s3_endpoint_url: str | None = None
     s3_bucket: str = "libflow"

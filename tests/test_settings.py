@@ -97,6 +97,8 @@ def test_reads_the_process_environment_by_default(monkeypatch: pytest.MonkeyPatc
         ("LIBFLOW_JOB_CONCURRENCY", "1.5"),
         ("LIBFLOW_EVENT_LOOP", "trio"),
         ("LIBFLOW_LOG_LEVEL", "verbose"),
+        ("LIBFLOW_REDIS_URL", "http://cache:6379/0"),
+        ("LIBFLOW_DATABASE_URL", "mysql://db/libflow"),
     ],
 )
 def test_invalid_values_raise_settings_error_naming_the_variable(name: str, value: str) -> None:

@@ -27,6 +27,7 @@ import aiohttp
 import psutil
 import pytest
 
+from libflow.supervisor import SETTINGS_REFUSED_EXIT, Supervisor
 from tests.faults.processes import ROOT, Server, http_json, libflow_env, wait_for
 from tests.run_helpers import stream_events
 from tests.webhook_helpers import echo, event_body, standard_headers
@@ -448,6 +449,15 @@ def test_one_process_on_a_port_another_program_holds_says_so_without_a_traceback
     assert done.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_group_whose_server_refuses_its_settings_stops_instead_of_restarting_it() -> None:
+    """Exit code 2 is run_server.py's for settings it refuses: every restart would be
+    refused the same way, so the group stops with it (it restarted them forever)."""
+    refused = [sys.executable, "-c", "import sys; sys.exit(2)"]
+    began = time.monotonic()
+    assert Supervisor(refused, {}, 2).run() == SETTINGS_REFUSED_EXIT
+    assert time.monotonic() - began < 20  # not after restarts backed off to 30 s
 
 
 def test_a_number_of_workers_below_one_is_refused(tmp_path: Path) -> None:
