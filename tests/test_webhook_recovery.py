@@ -51,9 +51,14 @@ async def test_a_run_cut_off_by_a_shutdown_is_recorded_and_not_run_again(
     await restarted.run_jobs()
 
     [delivery] = await deliveries_of(restarted, created["webhookId"])
-    assert (delivery["status"], delivery["error"]["code"]) == ("failed", "CANCELLED")
+    # A shutdown is no one's cancel: INTERRUPTED, as a queued run's (errors.md).
+    assert (delivery["status"], delivery["error"]["code"]) == ("failed", "INTERRUPTED")
     [run] = await runs_of(restarted, created["workflowId"])
-    assert run["status"] == "cancelled"
+    assert (run["status"], run["statusCode"], run["error"]["code"]) == (
+        "failed",
+        500,
+        "INTERRUPTED",
+    )
 
 
 async def test_a_stale_claim_without_a_run_record_is_failed_not_run_again(api: Api) -> None:

@@ -132,10 +132,7 @@ async def _deliver(
 
     async def record_with(db: BaseDBAsyncClient, run: WorkflowRun) -> None:
         # In the run record's own transaction: the two never disagree.
-        error = run.error
-        if run.status == "cancelled" and error is None:  # shutdown: not run again (see the module)
-            error = {"code": "CANCELLED", "node": None, "message": "the worker stopped"}
-        await finish(db, delivery.id, run.status == "succeeded", error)
+        await finish(db, delivery.id, run.status == "succeeded", run.error)
 
     try:
         # A refused run is recorded as failed, with the delivery's end, by run_version.
@@ -149,6 +146,8 @@ async def _deliver(
                 control=control,
                 run_id=delivery.run_id,
                 record_with=record_with,
+                # A worker's shutdown is no one's cancel: failed INTERRUPTED, not run again.
+                interrupted_when_stopped=True,
             )
     except Exception as err:
         # The run began but could not be recorded. It is not run again (its effects may

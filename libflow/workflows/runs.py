@@ -65,6 +65,7 @@ async def run_version(
     watched: asyncio.Event | None = None,
     parent_run_id: str | None = None,
     depth: int = 0,
+    interrupted_when_stopped: bool = False,
 ) -> tuple[WorkflowRun, RunResult]:
     """Run one version and record it; a cancelled run is recorded as such.
 
@@ -77,7 +78,9 @@ async def run_version(
     and is set once the record is written (watchers may look for it from then on).
     ``parent_run_id`` and ``depth`` place a sub-run (call_workflow, map) under its parent.
     A cancel (``control``) ends the run "cancelled" and returns normally; a stop of the
-    calling task for another reason (a client gone, a shutdown) is recorded and re-raised.
+    calling task for another reason (a client gone, a shutdown) is recorded and re-raised:
+    "cancelled" for a caller that left (runsync), failed INTERRUPTED for a run that is
+    nobody's request (a claimed run; a delivery's, with ``interrupted_when_stopped``).
     """
     if claimed is not None:
         run_id = claimed.id
@@ -140,7 +143,8 @@ async def run_version(
             task.uncancel()
             result = dataclasses.replace(result, error=CANCELLED)
         else:
-            if claimed is not None:  # a shutdown: nobody cancelled it, and it is not run again
+            if claimed is not None or interrupted_when_stopped:
+                # A shutdown: nobody cancelled it, and it is not run again.
                 result = dataclasses.replace(
                     result, status="failed", status_code=500, error=INTERRUPTED
                 )
