@@ -81,6 +81,31 @@ async def test_a_stale_claim_without_a_run_record_is_failed_not_run_again(api: A
     assert settled["error"]["code"] == "INTERRUPTED"
 
 
+async def test_a_claim_whose_run_was_failed_interrupted_settles_at_once(api: Api) -> None:
+    """The run sweep fails a run whose lease ran out within a minute; its delivery ends
+    with it at the next sweep, not minutes later."""
+    created = await create_webhook(api)
+    body = event_body()
+    await deliver(api, created["webhookId"], body, signed(created["secret"], body))
+    await api.run_jobs()
+    [delivery] = await deliveries_of(api, created["webhookId"])
+    # Claimed a moment ago; its run already failed by the run sweep.
+    await WebhookDelivery.filter(id=delivery["deliveryId"]).update(
+        status=DeliveryStatus.RUNNING, started_at=utcnow(), finished_at=None, error=None
+    )
+    interrupted = {"code": "INTERRUPTED", "node": None, "message": "its process stopped"}
+    await WorkflowRun.filter(id=delivery["runId"]).update(status="failed", error=interrupted)
+
+    await settle_interrupted_deliveries(INTERRUPTED_AFTER)
+
+    [settled] = await deliveries_of(api, created["webhookId"])
+    assert (settled["status"], settled["error"], settled["runId"]) == (
+        "failed",
+        interrupted,
+        delivery["runId"],
+    )
+
+
 async def test_a_stale_claim_whose_run_began_is_failed_with_its_run(api: Api) -> None:
     created = await create_webhook(api)
     body = event_body()

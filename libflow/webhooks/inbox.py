@@ -320,6 +320,31 @@ async def requeue_pending_deliveries(jobs: JobQueue, older_than: timedelta) -> N
         await wake_delivery_job(jobs)
 
 
+async def _settle_with_interrupted_runs(now: datetime) -> None:
+    """Deliveries whose run the run sweep already failed INTERRUPTED (its lease ran out:
+    the worker is gone) end now with it, not ``stale_after`` later. Running deliveries
+    are few (a worker's concurrency each), so they are read whole."""
+    claimed = await WebhookDelivery.filter(status=DeliveryStatus.RUNNING).values_list(
+        "id", "run_id"
+    )
+    run_ids = [run_id for _, run_id in claimed if run_id]
+    if not run_ids:
+        return
+    interrupted = {
+        run_id: error
+        for run_id, error in await WorkflowRun.filter(id__in=run_ids, status="failed").values_list(
+            "id", "error"
+        )
+        if isinstance(error, dict) and error.get("code") == "INTERRUPTED"
+    }
+    for delivery_id, run_id in claimed:
+        if run_id in interrupted:
+            logger.error("delivery %s: its worker stopped during run %s", delivery_id, run_id)
+            await WebhookDelivery.filter(
+                id=delivery_id, run_id=run_id, status=DeliveryStatus.RUNNING
+            ).update(status=DeliveryStatus.FAILED, error=interrupted[run_id], finished_at=now)
+
+
 async def settle_interrupted_deliveries(stale_after: timedelta) -> None:
     """Deliveries claimed longer than ``stale_after`` ago lost their worker.
 
@@ -327,6 +352,7 @@ async def settle_interrupted_deliveries(stale_after: timedelta) -> None:
     may have begun, and running it again could repeat its effects.
     """
     now = utcnow()
+    await _settle_with_interrupted_runs(now)
     stale = await WebhookDelivery.filter(
         status=DeliveryStatus.RUNNING, started_at__lte=now - stale_after
     ).values_list("id", "run_id")
