@@ -142,16 +142,22 @@ class RunningRuns:
                 logger.warning("run leases not renewed: %r", err)
 
     async def listen_forever(self, redis: Redis) -> None:
+        unheard = False  # said once an outage, not every retry (once a second)
         while True:
             try:
                 async with redis.pubsub(ignore_subscribe_messages=True) as pubsub:
                     await pubsub.subscribe(CANCEL_CHANNEL)
+                    if unheard:
+                        logger.info("cancel signals heard again: Redis is back")
+                        unheard = False
                     async for message in pubsub.listen():
                         data = message.get("data")
                         if isinstance(data, bytes | str):
                             self.cancel_here(data.decode() if isinstance(data, bytes) else data)
             except (RedisError, OSError) as err:
-                logger.warning("cancel signals unheard until Redis is back: %r", err)
+                if not unheard:
+                    logger.warning("cancel signals unheard until Redis is back: %r", err)
+                    unheard = True
                 # Missed signals are in the rows: look once we are back.
                 await asyncio.sleep(REDIS_RETRY_SECONDS)
                 with contextlib.suppress(Exception):
