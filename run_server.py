@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"libflow: cannot listen on {settings.host}:{settings.port}: {err}", file=sys.stderr
             )
-            return 2
+            return SETTINGS_REFUSED_EXIT
     serve(settings, in_group=in_group)
     return 0
 

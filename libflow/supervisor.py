@@ -206,7 +206,7 @@ def supervise(settings: Settings, command: list[str]) -> int:
         port = bindable_port(settings.host, settings.port)
     except OSError as err:
         logger.error("cannot listen on %s:%d: %s", settings.host, settings.port, err)
-        return 2
+        return SETTINGS_REFUSED_EXIT  # a port is a setting: LIBFLOW_PORT
     env = {
         **os.environ,
         "LIBFLOW_HOST": settings.host,

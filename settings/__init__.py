@@ -39,14 +39,17 @@ def _url_of(*schemes: str) -> AfterValidator:
     schemes libflow takes, not by a driver's traceback at start-up."""
 
     def check(value: str | None) -> str | None:
-        if value is not None and value.split("://", 1)[0].lower() not in schemes:
+        # As written: Tortoise and arq read schemes case-sensitively.
+        if value is not None and value.split("://", 1)[0] not in schemes:
             raise ValueError(f"must be a URL starting {' or '.join(s + '://' for s in schemes)}")
         return value
 
     return AfterValidator(check)
 
 
-DatabaseUrl = Annotated[str | None, _url_of("sqlite", "postgres", "postgresql")]
+DatabaseUrl = Annotated[
+    str | None, _url_of("sqlite", "postgres", "postgresql", "asyncpg", "psycopg")
+]
 RedisUrl = Annotated[str | None, _url_of("redis", "rediss", "unix")]
 
 

@@ -150,6 +150,10 @@ VALUES: list[Any] = [
     {"k": ["v", {"n": 1}], "<": "&'"},
     ("tuple",),
     {"a": 1}.items(),
+    {i: "" for i in range(1000)},  # JSON quotes keys that are not text: "1": ""
+    {True: 1, False: 2},
+    {None: 1},
+    {1.5: 3},
 ]
 
 

@@ -179,7 +179,7 @@ async def test_a_url_without_a_scheme_is_refused_saying_what_it_needs(
     no_network: aiohttp.ClientSession, url: str
 ) -> None:
     with pytest.raises(
-        RequestRefused, match="is not an absolute URL: it needs http:// or https://"
+        RequestRefused, match="the URL is not absolute: it needs http:// or https://"
     ):
         await guarded_fetch(no_network, "GET", url, timeout_seconds=5, allow_private=True)
 

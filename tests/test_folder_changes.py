@@ -217,6 +217,28 @@ async def test_folders_nest_at_most_64_deep_made_or_moved(api: Api) -> None:
     assert (await listed(api))[-1] == loose  # not moved
 
 
+async def test_a_moved_folder_counts_the_folders_under_it_against_the_depth(api: Api) -> None:
+    """Two chains of 40: the top of one under the bottom of the other would be 80 deep."""
+    tops, bottoms = [], []
+    for chain in ("a", "b"):
+        parent = "root"
+        for depth in range(40):
+            parent = (await make_folder(api, f"{chain}{depth}", parent))["id"]
+            if depth == 0:
+                tops.append(parent)
+        bottoms.append(parent)
+    response = await api.call("PATCH", f"/dirs/{tops[1]}", json={"parent": bottoms[0]})
+    error = await assert_error(response, 400, "VALIDATION_ERROR")
+    assert "at most 64 deep" in error["message"]
+    assert (await (await api.call("GET", f"/dirs/{tops[1]}")).json())["parent"] == "root"
+    # A chain that fits goes: 40 + 24 is 64.
+    short = await make_folder(api, "short")
+    parent = short["id"]
+    for depth in range(23):
+        parent = (await make_folder(api, f"s{depth}", parent))["id"]
+    await patch_folder(api, short["id"], parent=bottoms[0])
+
+
 async def test_folders_are_paged_oldest_first_by_link(shaped_api: Api) -> None:
     made = [await make_folder(shaped_api, f"f{n}") for n in range(5)]
     path = f"/api/publicv1/projects/{shaped_api.project_id}/library/dirs?limit=2"

@@ -219,32 +219,23 @@ async def test_a_change_of_embedder_re_embeds_the_index(
 
 
 @pytest.mark.usefixtures("semantic_search")
-async def test_re_embedding_out_of_time_queues_the_rest_at_once(
-    start_app: ClientFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # No time at all a run: each run takes one file and queues the next run itself.
-    monkeypatch.setattr("libflow.library.reembed.SECONDS_PER_RUN", 0.0)
-    client = await start_app(base_settings(tmp_path, embedder="none"))
-    project_id, key = await new_project()
-    api = Api(client, Shape("keyword-only", client.app[appkeys.SETTINGS]), project_id, key)
-    file_ids = [await upload_text(api, f"Passage number {n} about herons.") for n in range(3)]
-    await client.close()
-
-    client = await start_app(base_settings(tmp_path))
-    api = Api(client, Shape("semantic", client.app[appkeys.SETTINGS]), project_id, key)
-    await api.run_jobs()
-    embedder = client.app[appkeys.EMBEDDER]
-    assert embedder is not None
-    chunks = await Chunk.filter(file_id__in=file_ids)
-    assert {chunk.embedder for chunk in chunks} == {embedder.name}
-
-
-@pytest.mark.usefixtures("semantic_search")
+@pytest.mark.parametrize(
+    ("limit", "value"),
+    [
+        # A batch of two files a run: five stale files take three runs.
+        ("FILES_PER_RUN", 2),
+        # No time at all a run: each run takes one file and queues the next itself.
+        ("SECONDS_PER_RUN", 0.0),
+    ],
+)
 async def test_re_embedding_finishes_in_one_start_up_however_many_files(
-    start_app: ClientFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    start_app: ClientFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    limit: str,
+    value: float,
 ) -> None:
-    # A batch of two files a run: five stale files take three runs, all after one start.
-    monkeypatch.setattr("libflow.library.reembed.FILES_PER_RUN", 2)
+    monkeypatch.setattr(f"libflow.library.reembed.{limit}", value)
     client = await start_app(base_settings(tmp_path, embedder="none"))
     project_id, key = await new_project()
     api = Api(client, Shape("keyword-only", client.app[appkeys.SETTINGS]), project_id, key)

@@ -23,7 +23,7 @@ from tests.conftest import Api, jobs_running
 from tests.run_helpers import start, wait_for_status
 from tests.webhook_helpers import create_webhook, deliver, deliveries_of, event_body
 from tests.webhook_helpers import standard_headers as signed
-from tests.workflow_helpers import SPEC_EXAMPLE, chain, create, get_run, output
+from tests.workflow_helpers import SPEC_EXAMPLE, chain, create, get_run, output, runsync
 
 LEASE = timedelta(seconds=30)
 
@@ -109,3 +109,26 @@ async def test_a_run_failed_interrupted_stays_failed_when_its_process_wakes_and_
             await asyncio.sleep(0.05)
     run = await get_run(api, queued["runId"])
     assert (run["status"], run["error"]["code"], run["outputs"]) == ("failed", "INTERRUPTED", {})
+
+
+async def test_a_runsync_whose_run_was_failed_interrupted_answers_what_is_stored(
+    api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The caller hears the stored end, not the one its paused process reached later."""
+    created = await create(
+        api, chain({"id": "wait", "type": "delay", "seconds": 2}, output("done", "yes"))
+    )
+    answer = asyncio.create_task(runsync(api, created["workflowId"]))
+    deadline = time.monotonic() + 20
+    while not await WorkflowRun.filter(status="running", workflow_id=created["workflowId"]):
+        assert time.monotonic() < deadline, "the run was never recorded running"
+        await asyncio.sleep(0.05)
+    await WorkflowRun.filter(workflow_id=created["workflowId"], status="running").update(
+        status="failed",
+        status_code=500,
+        error=run_queue.INTERRUPTED.to_json(),
+        finished_at=utcnow(),
+    )
+    status, body = await answer
+    assert (status, body["success"], body["result"]["error"]["code"]) == (500, False, "INTERRUPTED")
+    assert body["result"]["outputs"] == {}

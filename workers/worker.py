@@ -78,6 +78,9 @@ def cron_jobs() -> list[CronJob]:
             JOB_FUNCTIONS[periodic.job],
             name=f"cron:{periodic.job.value}",
             run_at_startup=periodic.at_start,
+            # The same limit as the job queued: arq's default (300 s) stopped a re-embed
+            # pass started by the tick before it could queue the next.
+            timeout=_TIMEOUTS.get(periodic.job),
             **periodic.cron_fields(),  # type: ignore[arg-type]
         )
         for periodic in PERIODIC_JOBS

@@ -169,9 +169,8 @@ def check_url(raw: str) -> URL:
     except (ValueError, TypeError) as err:
         raise RequestRefused(f"invalid URL: {err}") from err
     if not url.scheme:
-        raise RequestRefused(
-            f"{raw[:200]!r} is not an absolute URL: it needs http:// or https:// and a host"
-        )
+        # Not echoed: it may hold a secret, cut where redaction would not find it.
+        raise RequestRefused("the URL is not absolute: it needs http:// or https:// and a host")
     if url.scheme not in SCHEMES:
         raise RequestRefused(f"only http and https URLs are allowed, not {url.scheme!r}")
     if not url.raw_host or url.port is None:

@@ -149,6 +149,8 @@ class TextEstimate:
             total = 2 + line
             for key, item in value.items():
                 total += self._size(key, depth + 1) + self._size(item, depth + 1) + 4 + line
+                if self.mode == "json" and not isinstance(key, str):
+                    total += 2 + 5 * (key is None or isinstance(key, bool))  # "1"; "false"
                 if total > self.limit:
                     break
             return total

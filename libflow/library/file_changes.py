@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,7 +11,7 @@ from tortoise.transactions import in_transaction
 from libflow.errors import LibflowError, NotFound, NotReady
 from libflow.ids import iso, possible_id, utcnow
 from libflow.jobs import Job, JobQueue
-from libflow.library.folders import ROOT, find_folder, into_folder
+from libflow.library.folders import find_folder, into_folder
 from libflow.library.search_index import bump_index_version
 from libflow.library.vectors import MetadataValue
 from libflow.models import Chunk, LibraryFile, ProcessingStatus
@@ -44,7 +45,9 @@ async def update_file(
         return file
     changes["updated_at"] = utcnow()
     index_changes = {k: v for k, v in changes.items() if k in ("folder_id", "metadata")}
-    async with into_folder(folder_id or ROOT), in_transaction() as connection:
+    # Only a move can meet a folder removed meanwhile (its foreign key refuses it).
+    moving = into_folder(folder_id) if folder_id is not None else contextlib.nullcontext()
+    async with moving, in_transaction() as connection:
         if not await LibraryFile.filter(id=file.id).using_db(connection).update(**changes):
             raise NotFound(f"file {file_id!r} not found")  # deleted meanwhile
         if index_changes and await Chunk.filter(file_id=file.id).using_db(connection).update(

@@ -25,6 +25,7 @@ ROOT = "root"
 # move makes (one query a level): without it, one request could walk a chain of any
 # length that earlier requests built.
 MAX_FOLDER_DEPTH = 64
+_IDS_PER_QUERY = 500  # ids in one IN (...): well under SQLite's limit of bound values
 
 
 async def list_folders(
@@ -96,7 +97,7 @@ async def update_folder(
             await Project.filter(id=project_id).using_db(connection).select_for_update()
             parent = await find_folder(project_id, parent_id, connection)
             if parent is not None:
-                await _refuse_loop(folder, parent, connection)
+                await _refuse_loop_or_depth(folder, parent, connection)
             changes["parent_id"] = parent.id if parent else None
         if not changes:
             return folder
@@ -108,13 +109,38 @@ async def update_folder(
     return await get_folder(project_id, folder.id)
 
 
-async def _refuse_loop(folder: Folder, parent: Folder, connection: BaseDBAsyncClient) -> None:
-    """VALIDATION_ERROR when ``parent`` is ``folder`` or lies under it."""
-    if folder.id in await _ancestors(parent, connection):
+async def _refuse_loop_or_depth(
+    folder: Folder, parent: Folder, connection: BaseDBAsyncClient
+) -> None:
+    """VALIDATION_ERROR when ``parent`` is ``folder`` or lies under it, or when ``folder``
+    and the folders under it would nest more than MAX_FOLDER_DEPTH deep under ``parent``."""
+    above = await _ancestors(parent, connection)
+    if folder.id in above:
         raise ValidationFailed(
             "a folder cannot be moved into itself or into a folder under it",
             details=[{"field": "parent", "problem": "is this folder or one under it"}],
         )
+    room = MAX_FOLDER_DEPTH - len(above) - 1  # levels left under the moved folder
+    if await _levels_below(folder, connection, room + 1) > room:
+        raise _too_deep()
+
+
+async def _levels_below(folder: Folder, connection: BaseDBAsyncClient, most: int) -> int:
+    """How many levels of folders lie under ``folder``, counted up to ``most``: one query a
+    level (in pieces, for a wide level), at most ``most`` levels."""
+    level, levels = [folder.id], 0
+    while level and levels < most:
+        below: list[str] = []
+        for start in range(0, len(level), _IDS_PER_QUERY):
+            piece = level[start : start + _IDS_PER_QUERY]
+            found = await (
+                Folder.filter(parent_id__in=piece).using_db(connection).values_list("id", flat=True)
+            )
+            below += [str(folder_id) for folder_id in found]
+        if not below:
+            break
+        level, levels = below, levels + 1
+    return levels
 
 
 async def _ancestors(folder: Folder, connection: BaseDBAsyncClient | None = None) -> set[str]:
@@ -130,11 +156,15 @@ async def _ancestors(folder: Folder, connection: BaseDBAsyncClient | None = None
             else None
         )
     if len(chain) >= MAX_FOLDER_DEPTH:
-        raise ValidationFailed(
-            f"folders nest at most {MAX_FOLDER_DEPTH} deep: this one is that deep already",
-            details=[{"field": "parent", "problem": f"{MAX_FOLDER_DEPTH} folders deep"}],
-        )
+        raise _too_deep()
     return chain
+
+
+def _too_deep() -> ValidationFailed:
+    return ValidationFailed(
+        f"folders nest at most {MAX_FOLDER_DEPTH} deep: this would nest them deeper",
+        details=[{"field": "parent", "problem": f"more than {MAX_FOLDER_DEPTH} folders deep"}],
+    )
 
 
 async def delete_folder(project_id: str, folder_id: str) -> None:

@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from tortoise.backends.base.client import BaseDBAsyncClient
 
@@ -20,6 +20,7 @@ from libflow.db.group_commit import commit_together, insert_together
 from libflow.db.new_rows import new_instance
 from libflow.engine import InvalidInputs, NodeServices, RunError, RunResult, UnknownEvent
 from libflow.engine import WorkflowRun as EngineRun
+from libflow.engine.runner import RunStatus
 from libflow.errors import LibflowError
 from libflow.ids import new_ordered_id, utcnow
 from libflow.logs import log_redactor
@@ -164,7 +165,25 @@ async def run_version(
     if recorder.ends_with_one_insert:
         return await recorder.record_end(result), result
     # A task of its own, which a cancel of this one does not stop.
-    return await asyncio.shield(recorder.record_end(result)), result
+    record = await asyncio.shield(recorder.record_end(result))
+    return record, _as_recorded(result, record)
+
+
+def _as_recorded(result: RunResult, record: WorkflowRun) -> RunResult:
+    """``result``, or the end the record kept when another hand ended the run first (the
+    sweep, past its lease): a caller (runsync, a calling node) hears what is stored."""
+    if record.status == result.status:
+        return result
+    error = record.error
+    return dataclasses.replace(
+        result,
+        status=cast(RunStatus, record.status),
+        status_code=record.status_code or 500,
+        outputs=record.outputs or {},
+        error=None
+        if error is None
+        else RunError(error["code"], error.get("node"), error["message"]),
+    )
 
 
 class _RunRecorder:
@@ -317,7 +336,9 @@ class _RunRecorder:
             # run seen failed must not turn succeeded later. The record (and whatever the
             # caller writes with it) says what is stored.
             logger.warning("run %s ended after it had been recorded ended: kept", record.id)
-            await record.refresh_from_db(using_db=db)
+            stored = await WorkflowRun.get_or_none(id=record.id, using_db=db)
+            if stored is not None:  # None: deleted with its project meanwhile
+                record.update_from_dict({name: getattr(stored, name) for name in _END_FIELDS})
         if self._record_with is not None:
             await self._record_with(db, record)
 

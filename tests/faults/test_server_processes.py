@@ -423,31 +423,19 @@ def run_server(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.parametrize("workers", [["--workers", "2"], []], ids=["group", "one process"])
 def test_a_port_another_program_holds_is_refused_before_any_server_starts(
-    tmp_path: Path,
+    tmp_path: Path, workers: list[str]
 ) -> None:
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        done = run_server(tmp_path, "--workers", "2", "--port", str(port))
+        done = run_server(tmp_path, *workers, "--port", str(port))
 
     assert done.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
     assert "server 0 started" not in done.stderr
-
-
-def test_one_process_on_a_port_another_program_holds_says_so_without_a_traceback(
-    tmp_path: Path,
-) -> None:
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        port = holder.getsockname()[1]
-        done = run_server(tmp_path, "--port", str(port))
-
-    assert done.returncode == 2
-    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stderr
 
 

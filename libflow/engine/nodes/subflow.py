@@ -52,7 +52,9 @@ async def run_map(node: Node, state: RunState) -> dict[str, Any]:
             try:
                 outputs = await _call(node, state, {"item": item, "index": index})
             except NodeFailure as failure:  # which item, so it can be found in the list
-                raise NodeFailure(f"item {index}: {failure.message}") from None
+                raise NodeFailure(
+                    f"item {index}: {failure.message}", status_code=failure.status_code
+                ) from None
         # Measured as each item ends, not once all have: 10,000 items of a few MiB each
         # would be held in memory long before the whole could be refused.
         try:
