@@ -353,7 +353,9 @@ async def test_watch_prints_each_event_in_order_as_it_happens(
     assert event_names("\n".join(texts)) == SLOW_GREETER_EVENTS
     assert 'output         greeting = "Hi Ed"' in texts
     wait_finished = next(text for text in texts if text.startswith("node.finished  wait"))
-    assert float(wait_finished.split()[2]) >= 1500
+    # The delay's 1.5 s: the loop's clock and the wall clock its duration is read from
+    # may disagree by a fraction of a millisecond (1499.8 was seen).
+    assert float(wait_finished.split()[2]) >= 1490
     # Printed as they came, not at the end: the delay separates its start from its end.
     arrived = {text.split()[0] + " " + text.split()[1]: at for at, text in lines}
     assert arrived["node.finished wait"] - arrived["node.started wait"] > 1.0

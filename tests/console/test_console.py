@@ -279,7 +279,7 @@ def test_a_new_webhook_joins_the_list_and_a_failed_deliverys_error_reads_as_word
 ) -> None:
     workflow_id = create_workflow(
         console,
-        "fails on delivery",
+        "fails when delivered",
         {
             "nodes": [
                 {"id": "start", "type": "event", "event": "webhook"},
@@ -293,7 +293,7 @@ def test_a_new_webhook_joins_the_list_and_a_failed_deliverys_error_reads_as_word
     page.get_by_role("button", name="Create webhook").click()
     expect(page.get_by_text("Signing secret")).to_be_visible()
     table = page.get_by_role("table", name="Webhooks")
-    expect(table.get_by_role("link", name="fails on delivery")).to_be_visible()
+    expect(table.get_by_role("link", name="fails when delivered")).to_be_visible()
 
     [hook] = call(console, "GET", f"/workflows/{workflow_id}/webhooks")
     secret = call(console, "POST", f"/webhooks/{hook['webhookId']}/rotate")["secret"]
