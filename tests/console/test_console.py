@@ -403,6 +403,44 @@ def test_a_workflow_run_shows_its_outputs_while_it_runs(
     fits_a_phone(page, screenshots, "workflow")
 
 
+def test_an_older_version_is_shown_and_run_with_its_own_inputs(
+    page: Page, console: Console
+) -> None:
+    first = {
+        "nodes": [
+            {"id": "start", "type": "event", "event": "run"},
+            {"id": "who", "type": "input", "name": "who", "valueType": "string", "default": "you"},
+            {"id": "out", "type": "set_output", "name": "said", "value": "hi {{ inputs.who }}"},
+        ],
+        "edges": [{"from": "start", "to": "who"}, {"from": "who", "to": "out"}],
+    }
+    workflow_id = create_workflow(console, "two versions", first)
+    second = {
+        **first,
+        "nodes": [
+            *first["nodes"],
+            {
+                "id": "title",
+                "type": "input",
+                "name": "title",
+                "valueType": "string",
+                "required": True,
+            },
+        ],
+    }
+    call(console, "POST", f"/workflows/{workflow_id}/versions", {"definition": second})
+    sign_in(page, console, f"#/workflows/{workflow_id}")
+    expect(page.get_by_label("title (required)")).to_be_visible()
+
+    page.get_by_label("Version", exact=True).select_option("1")
+    expect(page.get_by_text("Version 1 (the latest is 2)")).to_be_visible()
+    expect(page.get_by_label("title (required)")).to_have_count(0)
+    page.get_by_role("button", name="Run", exact=True).click()
+    expect(page.locator("#run-outputs")).to_contain_text("hi you")
+    [run] = call(console, "GET", f"/workflows/{workflow_id}/runs")
+    assert (run["version"], run["status"]) == ("1", "succeeded")
+
+
 def test_runs_filter_by_status_and_show_node_timings(
     page: Page, console: Console, screenshots: Path
 ) -> None:

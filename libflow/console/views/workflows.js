@@ -22,8 +22,8 @@ const EXAMPLE = {
   edges: [{ from: "start", to: "greet" }, { from: "greet", to: "out" }],
 };
 
-export async function render(root, { id, signal }) {
-  if (id) return renderWorkflow(root, id, signal);
+export async function render(root, { id, query, signal }) {
+  if (id) return renderWorkflow(root, id, query.get("version"), signal);
   const workflows = await allItems("/workflows", signal);
   const rows = workflows.map((w) => h("tr", {},
     cell("Name", h("a", { href: `#/workflows/${encodeURIComponent(w.workflowId)}` }, w.name)),
@@ -75,21 +75,31 @@ function createForm() {
     h("button", { type: "submit", class: "primary" }, "Create workflow")));
 }
 
-async function renderWorkflow(root, id, signal) {
+// `chosen`: a version to show and run other than the latest (?version=N): its graph, its
+// inputs and its definition, read as it was published.
+async function renderWorkflow(root, id, chosen, signal) {
   const path = `/workflows/${encodeURIComponent(id)}`;
-  const workflow = await get(path, { signal });
+  const latest = await get(path, { signal });
+  const shown = chosen && chosen !== latest.version
+    ? await get(`${path}/versions/${encodeURIComponent(chosen)}`, { signal }).catch((error) => {
+      if (error.status === 404) return null; // a version it does not have: the latest
+      throw error;
+    })
+    : null;
+  const workflow = shown ? { ...latest, version: shown.version, definition: shown.definition } : latest;
   const definition = workflow.definition || {};
   const graph = drawGraph(definition, `Graph of ${workflow.name}, version ${workflow.version}`);
   replace(root,
     viewHeader(workflow.name,
-      h("p", { class: "muted" }, `Version ${workflow.version} · `, h("code", {}, workflow.workflowId), " · ",
+      h("p", { class: "muted" }, `Version ${workflow.version}${shown ? ` (the latest is ${latest.version})` : ""} · `,
+        h("code", {}, workflow.workflowId), " · ",
         h("a", { href: `#/runs?workflowId=${encodeURIComponent(id)}` }, "Runs"), " · ",
         h("a", { href: `#/webhooks?workflowId=${encodeURIComponent(id)}` }, "Webhooks"))),
     h("div", { class: "workflow-grid" },
       h("section", { "aria-labelledby": "graph-heading", class: "card" },
         h("h2", { id: "graph-heading" }, "Graph"), h("div", { class: "graph-wrap" }, graph)),
       runPanel(id, workflow, graph, signal)),
-    versionsSection(path, workflow),
+    versionsSection(path, latest, workflow.version),
     h("section", { "aria-labelledby": "definition-heading" },
       h("h2", { id: "definition-heading" }, `Definition (version ${workflow.version})`),
       jsonBlock(definition, "Definition")));
@@ -121,6 +131,10 @@ function runPanel(workflowId, workflow, graph, viewSignal) {
   const inputs = nodes.filter((n) => n.type === "input").map((node) => [node, inputControl(node)]);
   const eventSelect = select("runEvent", events.map((e) => [e, e]), events[0]);
   const versionSelect = select("version", [...(workflow.versions || [])].reverse().map((v) => [v.version, `version ${v.version}`]), workflow.version);
+  // Another version has other inputs and another graph: the view shows that version.
+  versionSelect.addEventListener("change", () => {
+    location.hash = `#/workflows/${encodeURIComponent(workflowId)}?version=${encodeURIComponent(versionSelect.value)}`;
+  });
   const status = h("p", { id: "run-status", class: "run-status" }, "Not run yet.");
   const outputs = h("dl", { id: "run-outputs", class: "facts outputs", "aria-label": "Outputs" });
   const log = h("ol", { class: "event-log", "aria-label": "Run events" });
@@ -255,14 +269,16 @@ function runPanel(workflowId, workflow, graph, viewSignal) {
   return form;
 }
 
-function versionsSection(path, workflow) {
+function versionsSection(path, workflow, shownVersion) {
   const definition = definitionInput(workflow.definition || EXAMPLE);
   const status = h("div");
   const versions = [...(workflow.versions || [])].reverse();
+  const link = (v) => (v.version === shownVersion ? h("strong", {}, v.version)
+    : h("a", { href: `#/workflows/${encodeURIComponent(workflow.workflowId)}?version=${encodeURIComponent(v.version)}` }, v.version));
   return h("section", { "aria-labelledby": "versions-heading" },
     h("h2", { id: "versions-heading" }, "Versions"),
     tableOf("Versions", ["Version", "Published"], versions.map((v) => h("tr", {},
-      cell("Version", v.version === workflow.version ? [v.version, " ", badge("done", "latest")] : v.version),
+      cell("Version", v.version === workflow.version ? [link(v), " ", badge("done", "latest")] : link(v)),
       cell("Published", formatDate(v.createdDate))))),
     h("details", { class: "card" }, h("summary", {}, "Publish a new version"),
       h("form", {
