@@ -21,8 +21,10 @@ from libflow.webhooks import inbox
 from libflow.workflows import run_queue
 from tests.conftest import Api, jobs_running
 from tests.run_helpers import start, wait_for_status
-from tests.webhook_helpers import create_webhook, deliver, deliveries_of, event_body
-from tests.webhook_helpers import standard_headers as signed
+from tests.webhook_helpers import (
+    delivered_once,
+    deliveries_of,
+)
 from tests.workflow_helpers import SPEC_EXAMPLE, chain, create, get_run, output, runsync
 
 LEASE = timedelta(seconds=30)
@@ -66,11 +68,7 @@ async def test_a_delivery_whose_worker_died_after_its_claim_fails_interrupted(
     shaped_api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     api = shaped_api
-    webhook = await create_webhook(api)
-    body = event_body()
-    await deliver(api, webhook["webhookId"], body, signed(webhook["secret"], body))
-    await api.run_jobs()
-    [delivery] = await deliveries_of(api, webhook["webhookId"])
+    webhook, delivery = await delivered_once(api)
     # Back in the inbox, then claimed as a worker claims it, which then dies.
     await WebhookDelivery.filter(id=delivery["deliveryId"]).update(
         status=DeliveryStatus.PENDING, started_at=None, run_id=None

@@ -12,7 +12,13 @@ from libflow.models import DeliveryStatus, WebhookDelivery, WorkflowRun
 from libflow.webhooks.inbox import INTERRUPTED_AFTER, settle_interrupted_deliveries
 from tests.conftest import Api, ClientFactory, Shape, new_project
 from tests.processing_helpers import job_context
-from tests.webhook_helpers import create_webhook, deliver, deliveries_of, event_body
+from tests.webhook_helpers import (
+    create_webhook,
+    deliver,
+    delivered_once,
+    deliveries_of,
+    event_body,
+)
 from tests.webhook_helpers import standard_headers as signed
 from tests.workflow_helpers import chain, get_run, output, runs_of
 from workers.deliveries import deliver_webhooks
@@ -62,11 +68,7 @@ async def test_a_run_cut_off_by_a_shutdown_is_recorded_and_not_run_again(
 
 
 async def test_a_stale_claim_without_a_run_record_is_failed_not_run_again(api: Api) -> None:
-    created = await create_webhook(api)
-    body = event_body()
-    await deliver(api, created["webhookId"], body, signed(created["secret"], body))
-    await api.run_jobs()
-    [delivery] = await deliveries_of(api, created["webhookId"])
+    created, delivery = await delivered_once(api)
     # As a worker leaves it when it dies during a short run (recorded only when it ends).
     await WebhookDelivery.filter(id=delivery["deliveryId"]).update(
         status=DeliveryStatus.RUNNING,
@@ -84,11 +86,7 @@ async def test_a_stale_claim_without_a_run_record_is_failed_not_run_again(api: A
 async def test_a_claim_whose_run_was_failed_interrupted_settles_at_once(api: Api) -> None:
     """The run sweep fails a run whose lease ran out within a minute; its delivery ends
     with it at the next sweep, not minutes later."""
-    created = await create_webhook(api)
-    body = event_body()
-    await deliver(api, created["webhookId"], body, signed(created["secret"], body))
-    await api.run_jobs()
-    [delivery] = await deliveries_of(api, created["webhookId"])
+    created, delivery = await delivered_once(api)
     # Claimed a moment ago; its run already failed by the run sweep.
     await WebhookDelivery.filter(id=delivery["deliveryId"]).update(
         status=DeliveryStatus.RUNNING, started_at=utcnow(), finished_at=None, error=None
@@ -107,11 +105,7 @@ async def test_a_claim_whose_run_was_failed_interrupted_settles_at_once(api: Api
 
 
 async def test_a_stale_claim_whose_run_began_is_failed_with_its_run(api: Api) -> None:
-    created = await create_webhook(api)
-    body = event_body()
-    await deliver(api, created["webhookId"], body, signed(created["secret"], body))
-    await api.run_jobs()
-    [delivery] = await deliveries_of(api, created["webhookId"])
+    created, delivery = await delivered_once(api)
     # As a worker leaves it when it dies mid-run.
     await WebhookDelivery.filter(id=delivery["deliveryId"]).update(
         status=DeliveryStatus.RUNNING,

@@ -101,6 +101,16 @@ async def deliveries_of(api: Api, webhook_id: str) -> list[dict[str, Any]]:
     return found
 
 
+async def delivered_once(api: Api) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A webhook of ``echo`` and the one signed delivery it ran: (webhook, delivery)."""
+    webhook = await create_webhook(api)
+    body = event_body()
+    await deliver(api, webhook["webhookId"], body, standard_headers(webhook["secret"], body))
+    await api.run_jobs()
+    [delivery] = await deliveries_of(api, webhook["webhookId"])
+    return webhook, delivery
+
+
 async def wait_for_deliveries(
     api: Api, webhook_id: str, count: int, timeout: float = 60
 ) -> list[dict[str, Any]]:
