@@ -32,7 +32,7 @@ from libflow.engine.render_budget import (
     tick,
 )
 from libflow.engine.sandbox import ExpressionSandbox, guard_template
-from libflow.engine.value_size import text_mode, text_size, value_text
+from libflow.engine.value_size import value_text, value_text_size
 
 MAX_NATIVE_BYTES = 8 * 1024 * 1024  # a native value, measured as JSON would be
 # A looked-up value is copied inline (on the event loop) only while this small, as JSON.
@@ -193,8 +193,7 @@ def _render_lookups(
             if value is _MISSING:
                 return _MISSING
             tick()
-            if not isinstance(value, str):  # as _finalize does
-                text_size(value, mode=text_mode(value), limit=MAX_TEXT_CHARS, what="an output")
+            value_text_size(value, limit=MAX_TEXT_CHARS, what="an output")  # as _finalize does
             text = value_text(value)
             charge(len(text), what="an output")
         size += len(text)

@@ -54,7 +54,7 @@ from libflow.engine.render_budget import (
     replaced_size,
     tick,
 )
-from libflow.engine.value_size import TextEstimate, text_mode, text_size, value_text
+from libflow.engine.value_size import TextEstimate, text_size, value_text, value_text_size
 
 # Filters that turn their value into text, and how many characters one character of that
 # text may become (escape: "'" is "&#39;"; urlencode: "😀" is "%F0%9F%98%80").
@@ -89,13 +89,6 @@ def _text_of(value: Any, what: str, limit: int = MAX_VALUE_CHARS) -> int:
     return text_size(value, mode="str", limit=limit, what=what)
 
 
-def _value_text_of(value: Any, what: str, limit: int) -> int:
-    """The length value_text(value) will have (estimated before building it)."""
-    if isinstance(value, str):
-        return len(value)
-    return text_size(value, mode=text_mode(value), limit=limit, what=what)
-
-
 def _capped_join(parts: Iterable[str]) -> str:
     """How Jinja joins captured output (macros, set blocks, filter blocks)."""
     text = "".join(parts)
@@ -106,7 +99,7 @@ def _capped_join(parts: Iterable[str]) -> str:
 def _finalize(value: Any) -> str:
     """Turn each ``{{ }}`` output into text, its size estimated before and charged after."""
     tick()
-    _value_text_of(value, "an output", MAX_TEXT_CHARS)
+    value_text_size(value, limit=MAX_TEXT_CHARS, what="an output")
     text = value_text(value)
     charge(len(text), what="an output")
     return text
@@ -116,7 +109,7 @@ def guarded_concat(*parts: Any) -> str:
     """The ``~`` operator: the parts' text estimated before it is built, charged after."""
     size = 0
     for part in parts:
-        size += _value_text_of(part, "the result of ~", MAX_VALUE_CHARS)
+        size += value_text_size(part, limit=MAX_VALUE_CHARS, what="the result of ~")
         check_size(size, what="the result of ~")
     texts = [value_text(part) for part in parts]
     charge(sum(map(len, texts)), what="the result of ~")

@@ -47,7 +47,7 @@ def value_text(value: Any) -> str:
     reads it next, a model, an API or a person, expects JSON, not Python's ``None`` and
     quotes); anything else (a number, an object JSON cannot spell) as ``str()``.
 
-    Measure it first with ``text_size(value, mode=text_mode(value), ...)``.
+    Measure it first with ``value_text_size``.
     """
     if isinstance(value, str):
         return value
@@ -59,10 +59,14 @@ def value_text(value: Any) -> str:
     return str(value)
 
 
-def text_mode(value: Any) -> TextMode:
-    """The estimate that bounds ``value_text(value)``: tojson's (which escapes more) for a
-    value spelled as JSON, str()'s for the rest."""
-    return "json" if isinstance(value, JSON_SPELLED) else "str"
+def value_text_size(value: Any, *, limit: int, what: str) -> int:
+    """An upper bound of ``len(value_text(value))``, worked out before it is built;
+    ExpressionError past ``limit``. A value spelled as JSON takes tojson's estimate (which
+    escapes more), the rest str()'s."""
+    if isinstance(value, str):
+        return len(value)
+    mode: TextMode = "json" if isinstance(value, JSON_SPELLED) else "str"
+    return text_size(value, mode=mode, limit=limit, what=what)
 
 
 class TooBig(Exception):

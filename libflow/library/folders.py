@@ -55,7 +55,7 @@ async def find_folder(
 
 async def get_folder(project_id: str, folder_id: str) -> Folder:
     """One folder of the project (root is not a folder record: NOT_FOUND)."""
-    folder = await find_folder(project_id, folder_id) if folder_id != ROOT else None
+    folder = await find_folder(project_id, folder_id)  # None: root
     if folder is None:
         raise NotFound(f"folder {folder_id!r} not found: root has no record of its own")
     return folder
